@@ -1,0 +1,160 @@
+"""What every backend provides, and the devices that name where tensors live.
+
+Backends and devices are interned: ``Autodiff(NdArray()) is Autodiff(NdArray())``, and a
+device is the same object however it is obtained, so the per-op device check is identity.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..errors import AutodiffError, DeviceError
+
+
+class _Interned(type):
+    """Backends built with equal arguments are one object."""
+
+    _lock = threading.Lock()
+
+    def __call__(cls, *args):
+        key = (cls, args)
+        inst = cls._instances.get(key) if "_instances" in cls.__dict__ else None
+        if inst is None:
+            with _Interned._lock:
+                if "_instances" not in cls.__dict__:
+                    cls._instances = {}
+                inst = cls._instances.get(key)
+                if inst is None:
+                    inst = super().__call__(*args)
+                    cls._instances[key] = inst
+        return inst
+
+
+class Backend(metaclass=_Interned):
+    """A base backend or a decorator. Subclasses implement ``execute`` and the data movers."""
+
+    name = "backend"
+    kind = "cpu"             # the hardware family a device of this backend lives on
+    inner: "Backend | None" = None
+    is_autodiff = False
+
+    def __init__(self):
+        self._devices = {}
+
+    # -- devices --------------------------------------------------------------------------
+    def device(self, index: int = 0) -> "Device":
+        d = self._devices.get(index)
+        if d is None:
+            d = Device(self, index)
+            self._devices[index] = d
+        return d
+
+    # -- the op path ----------------------------------------------------------------------
+    def execute(self, op, prims, attrs, meta, device):
+        """Run ``op`` on primitives; ``meta`` is the inferred ``(shape, dtype)`` of the
+        output (a list of them for several outputs)."""
+        raise NotImplementedError
+
+    # -- data -----------------------------------------------------------------------------
+    def from_numpy(self, array: np.ndarray, device: "Device"):
+        raise NotImplementedError
+
+    def to_numpy(self, prim) -> np.ndarray:
+        raise NotImplementedError
+
+    def seed(self, device: "Device", seed: int) -> None:
+        raise NotImplementedError
+
+    def sync(self, device: "Device") -> None:
+        """Wait for all queued work on ``device``."""
+
+    def dlpack_source(self, prim):
+        """An object with ``__dlpack__`` sharing the primitive's memory."""
+        raise NotImplementedError
+
+    def from_dlpack(self, capsule_owner, device: "Device"):
+        raise NotImplementedError
+
+    def native(self, prim):
+        """The backend's own buffer behind a primitive (``tensor.primitive``)."""
+        return prim
+
+    # -- autodiff hooks; a plain backend tracks nothing -----------------------------------
+    def require_grad(self, prim, meta):
+        return prim
+
+    def detach(self, prim):
+        return prim
+
+    def is_tracked(self, prim) -> bool:
+        return False
+
+    def backward(self, prim, meta, device):
+        raise AutodiffError(
+            f"backward: the tensor lives on {device}, which does not track gradients; "
+            f"create it on device.autodiff() (e.g. em.device('cpu').autodiff())")
+
+    def describe(self) -> str:
+        return self.name
+
+    def __repr__(self):
+        return self.describe()
+
+
+class Device:
+    """Where a tensor lives: a backend (possibly decorated) and an index on its hardware."""
+
+    __slots__ = ("backend", "index", "_execute", "inner", "__weakref__")
+
+    def __init__(self, backend: Backend, index: int):
+        self.backend = backend
+        self.index = index
+        self._execute = backend.execute
+        self.inner = backend.inner.device(index) if backend.inner is not None else None
+
+    @property
+    def kind(self) -> str:
+        return self.backend.kind
+
+    def autodiff(self) -> "Device":
+        """The same device with gradients tracked."""
+        from .autodiff import Autodiff
+        if self.backend.is_autodiff:
+            return self
+        return Autodiff(self.backend).device(self.index)
+
+    def without_autodiff(self) -> "Device":
+        return self.inner if self.backend.is_autodiff else self
+
+    def seed(self, seed: int) -> None:
+        """Reseed this device's random stream: the same seed gives the same tensors."""
+        self.backend.seed(self, int(seed))
+
+    def sync(self) -> None:
+        self.backend.sync(self)
+
+    def __repr__(self):
+        return f"Device({self.backend.describe()}, {self.kind}:{self.index})"
+
+    def __str__(self):
+        return f"{self.backend.describe()} {self.kind}:{self.index}"
+
+    def __reduce__(self):
+        return (_device_from, (self.backend, self.index))
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+def _device_from(backend, index):
+    return backend.device(index)
+
+
+def check_same_device(op: str, a: Device, b: Device) -> None:
+    if a is not b:
+        raise DeviceError(f"{op}: tensors are on different devices, {a} and {b}; "
+                          f"move one with .to_device(...) first")

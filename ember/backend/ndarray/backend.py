@@ -1,0 +1,60 @@
+"""NdArray: runs every registry op through its NumPy reference, on the CPU."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..base import Backend
+
+
+class NdArray(Backend):
+    name = "ndarray"
+    kind = "cpu"
+
+    def __init__(self):
+        super().__init__()
+        self._rngs = {}
+        self._rng_lock = threading.Lock()
+
+    def execute(self, op, prims, attrs, meta, device):
+        if op.category == "random":
+            return op.numpy(self._rng(device), **attrs)
+        out = op.numpy(*prims, **attrs)
+        if op.nout == 1:
+            want = meta[1].np
+            if out.dtype is not want and out.dtype != want:
+                out = np.asarray(out).astype(want)
+            return out
+        return tuple(o if o.dtype == m[1].np else np.asarray(o).astype(m[1].np)
+                     for o, m in zip(out, meta))
+
+    # -- data -----------------------------------------------------------------------------
+    def from_numpy(self, array, device):
+        return array
+
+    def to_numpy(self, prim):
+        return np.asarray(prim)
+
+    def native(self, prim):
+        return np.asarray(prim)
+
+    def dlpack_source(self, prim):
+        return np.asarray(prim)
+
+    def from_dlpack(self, obj, device):
+        return np.from_dlpack(obj)
+
+    # -- random streams -------------------------------------------------------------------
+    def _rng(self, device):
+        g = self._rngs.get(device.index)
+        if g is None:
+            with self._rng_lock:
+                g = self._rngs.get(device.index)
+                if g is None:
+                    g = self._rngs[device.index] = np.random.default_rng()
+        return g
+
+    def seed(self, device, seed):
+        with self._rng_lock:
+            self._rngs[device.index] = np.random.default_rng(seed)

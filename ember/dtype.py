@@ -1,0 +1,189 @@
+"""Data types and the promotion lattice.
+
+A leaf module (it imports nothing from ember) so that every layer, the op registry
+included, can name dtypes.
+
+Promotion, as in PyTorch and JAX:
+
+* kinds are ordered ``bool < int < float``; mixing kinds gives the higher kind's dtype
+  (``i32 + f16 -> f16``, ``bool + u8 -> u8``);
+* within a kind the wider dtype wins (``f16 + f32 -> f32``, ``i8 + i64 -> i64``);
+  ``f16 + bf16 -> f32``, and ``u8`` with a signed int gives the smallest signed int that holds
+  both (``u8 + i8 -> i16``);
+* Python scalars are *weak*: they never widen a tensor's dtype within its kind.
+  A float scalar with an int or bool tensor gives the default float (f32), an int scalar with
+  a bool tensor gives the default int (i64).
+"""
+from __future__ import annotations
+
+import numpy as np
+import ml_dtypes
+
+
+class DType:
+    """One element type: its name, kind (``float``, ``int``, ``bool``), size and NumPy dtype."""
+
+    __slots__ = ("name", "kind", "itemsize", "np", "_order", "short", "signed")
+
+    def __init__(self, name, short, kind, np_dtype, order, signed=True):
+        self.name = name
+        self.short = short
+        self.kind = kind
+        self.np = np.dtype(np_dtype)
+        self.itemsize = self.np.itemsize
+        self._order = order
+        self.signed = signed
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "float"
+
+    @property
+    def is_int(self) -> bool:
+        return self.kind == "int"
+
+    @property
+    def is_bool(self) -> bool:
+        return self.kind == "bool"
+
+    def __repr__(self):
+        return f"ember.{self.name}"
+
+    def __reduce__(self):
+        return (from_name, (self.name,))
+
+    # DTypes are singletons: identity is equality, and deep copies keep identity.
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+float64 = DType("float64", "f64", "float", np.float64, 3)
+float32 = DType("float32", "f32", "float", np.float32, 2)
+float16 = DType("float16", "f16", "float", np.float16, 1)
+bfloat16 = DType("bfloat16", "bf16", "float", ml_dtypes.bfloat16, 1)
+int64 = DType("int64", "i64", "int", np.int64, 4)
+int32 = DType("int32", "i32", "int", np.int32, 3)
+int16 = DType("int16", "i16", "int", np.int16, 2)
+int8 = DType("int8", "i8", "int", np.int8, 1)
+uint8 = DType("uint8", "u8", "int", np.uint8, 1, signed=False)
+bool_ = DType("bool", "bool", "bool", np.bool_, 0)
+
+f64, f32, f16, bf16 = float64, float32, float16, bfloat16
+i64, i32, i16, i8, u8 = int64, int32, int16, int8, uint8
+
+ALL = (float64, float32, float16, bfloat16, int64, int32, int16, int8, uint8, bool_)
+FLOATS = (float64, float32, float16, bfloat16)
+INTS = (int64, int32, int16, int8, uint8)
+
+DEFAULT_FLOAT = float32
+DEFAULT_INT = int64
+
+_BY_NAME = {}
+for _d in ALL:
+    _BY_NAME[_d.name] = _d
+    _BY_NAME[_d.short] = _d
+_BY_NAME["bool_"] = bool_
+_BY_NAME["float"] = float32
+_BY_NAME["int"] = int64
+_BY_NUMPY = {d.np: d for d in ALL}
+_KIND_RANK = {"bool": 0, "int": 1, "float": 2}
+
+
+def from_name(name: str) -> DType:
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise _dtype_error(f"unknown dtype {name!r}; valid: {', '.join(d.short for d in ALL)}")
+
+
+def from_numpy(np_dtype) -> DType:
+    """The DType of a NumPy dtype; float64/int64 stay as they are."""
+    d = _BY_NUMPY.get(np.dtype(np_dtype))
+    if d is None:
+        raise _dtype_error(f"NumPy dtype {np.dtype(np_dtype)} has no ember dtype; "
+                           f"valid: {', '.join(str(d.np) for d in ALL)}")
+    return d
+
+
+def as_dtype(x) -> DType:
+    """Accepts a DType, a name (``"f32"``, ``"float32"``), a NumPy dtype or a Python type."""
+    if isinstance(x, DType):
+        return x
+    if isinstance(x, str):
+        return from_name(x)
+    if x is float:
+        return DEFAULT_FLOAT
+    if x is int:
+        return DEFAULT_INT
+    if x is bool:
+        return bool_
+    return from_numpy(x)
+
+
+def _dtype_error(msg):
+    from .errors import DTypeError
+    return DTypeError(msg)
+
+
+_PROMOTE_CACHE: dict = {}
+
+
+def promote(a: DType, b: DType) -> DType:
+    """The dtype two tensors of dtypes ``a`` and ``b`` combine to."""
+    if a is b:
+        return a
+    key = (a, b)
+    r = _PROMOTE_CACHE.get(key)
+    if r is None:
+        r = _promote(a, b)
+        _PROMOTE_CACHE[key] = r
+    return r
+
+
+def _promote(a, b):
+    ka, kb = _KIND_RANK[a.kind], _KIND_RANK[b.kind]
+    if ka != kb:
+        return a if ka > kb else b
+    if a.kind == "float":
+        if {a, b} == {float16, bfloat16}:
+            return float32
+        return a if a._order >= b._order else b
+    if a.kind == "int":
+        if a.signed == b.signed:
+            return a if a._order >= b._order else b
+        s = b if a is uint8 else a  # the signed one
+        return s if s._order >= int16._order else int16
+    return a
+
+
+def promote_scalar(t: DType, scalar) -> DType:
+    """The dtype of ``tensor(t) <op> scalar``: scalars are weak within a kind."""
+    if isinstance(scalar, bool):
+        return t
+    if isinstance(scalar, int):
+        return DEFAULT_INT if t.kind == "bool" else t
+    if isinstance(scalar, float):
+        return t if t.kind == "float" else DEFAULT_FLOAT
+    # NumPy scalars behave like Python scalars of their kind.
+    if isinstance(scalar, np.bool_):
+        return t
+    if isinstance(scalar, np.integer):
+        return DEFAULT_INT if t.kind == "bool" else t
+    if isinstance(scalar, np.floating):
+        return t if t.kind == "float" else DEFAULT_FLOAT
+    raise _dtype_error(f"cannot combine a tensor of dtype {t.short} with {type(scalar).__name__} "
+                       f"{scalar!r}; valid: a tensor, bool, int or float")
+
+
+def scalar_dtype(scalar) -> DType:
+    """The default dtype of a Python scalar on its own (``tensor(1.0)`` is f32)."""
+    if isinstance(scalar, (bool, np.bool_)):
+        return bool_
+    if isinstance(scalar, (int, np.integer)):
+        return DEFAULT_INT
+    if isinstance(scalar, (float, np.floating)):
+        return DEFAULT_FLOAT
+    raise _dtype_error(f"{type(scalar).__name__} {scalar!r} is not a number")

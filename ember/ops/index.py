@@ -1,0 +1,1 @@
+"""index ops (declared by their family module)."""

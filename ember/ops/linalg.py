@@ -1,0 +1,1 @@
+"""linalg ops (declared by their family module)."""

@@ -1,0 +1,1 @@
+"""nn ops (declared by their family module)."""

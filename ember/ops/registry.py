@@ -1,0 +1,80 @@
+"""The op registry: every primitive op is declared once, here, with all of its rules.
+
+A declaration (`Op`) carries:
+
+* ``name``, ``category`` and ``nin`` (the number of tensor inputs; scalars may stand in for
+  tensors of binary ops), the names of its static ``attrs``;
+* ``infer(*inputs, **attrs) -> (shape, dtype)`` (a list of them for several outputs): the
+  shape and dtype rule, which also validates the inputs. ``inputs`` are tensors (anything
+  with ``shape`` and ``dtype``) or Python scalars;
+* ``numpy(*arrays, **attrs)``: the NumPy reference, used by the NdArray backend;
+* ``vjp(g, inputs, out, **attrs) -> tuple``: the derivative, written with ember Tensor ops on
+  the autodiff's inner device, one gradient (or ``None``) per input. Gradients may keep a
+  broadcast shape: the autodiff engine sums them back to each input's shape;
+* ``expr``: for elementwise ops, the scalar expression in the kernel IR (used by fusion);
+* ``promote``: for binary ops, how inputs are promoted before the op runs (``"same"``:
+  the common dtype, ``"float"``: the common dtype, then at least the default float);
+* ``nout``: the number of outputs; only the first output of a multi-output op is
+  differentiable (indices are not).
+
+Backends implement ops by name or fall back to ``numpy``; decorators forward them; tests
+iterate over ``OPS``.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+OPS: dict[str, "Op"] = {}
+
+
+class Op:
+    __slots__ = ("name", "category", "nin", "attrs", "infer", "numpy", "vjp", "expr",
+                 "promote", "nout", "doc", "__weakref__")
+
+    def __init__(self, name, category, nin, attrs, infer, numpy, vjp, expr, promote, nout, doc):
+        self.name = name
+        self.category = category
+        self.nin = nin
+        self.attrs = attrs
+        self.infer = infer
+        self.numpy = numpy
+        self.vjp = vjp
+        self.expr = expr
+        self.promote = promote
+        self.nout = nout
+        self.doc = doc
+
+    @property
+    def differentiable(self) -> bool:
+        return self.vjp is not None
+
+    def __repr__(self):
+        return f"<op {self.name} ({self.category})>"
+
+    # Ops are singletons, looked up by name when unpickled or copied.
+    def __reduce__(self):
+        return (get, (self.name,))
+
+
+CATEGORIES = {"unary", "binary", "reduce", "view", "index", "matmul", "conv", "pool",
+              "creation", "cast", "random", "sort", "scan", "norm", "other"}
+
+
+def declare(name: str, category: str, *, nin: int, infer: Callable, numpy: Callable,
+            vjp: Callable | None = None, attrs: tuple = (), expr=None, promote: str | None = None,
+            nout: int = 1, doc: str = "") -> Op:
+    """Declare a primitive op. Each name is declared exactly once."""
+    if name in OPS:
+        raise RuntimeError(f"op {name!r} is declared twice")
+    if category not in CATEGORIES:
+        raise RuntimeError(f"op {name!r}: unknown category {category!r}")
+    op = Op(name, category, nin, tuple(attrs), infer, numpy, vjp, expr, promote, nout, doc)
+    OPS[name] = op
+    return op
+
+
+def get(name: str) -> Op:
+    try:
+        return OPS[name]
+    except KeyError:
+        raise KeyError(f"no op named {name!r} in the registry") from None

@@ -1,0 +1,1 @@
+"""sort ops (declared by their family module)."""

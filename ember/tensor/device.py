@@ -1,0 +1,61 @@
+"""Choosing devices: `em.device("cpu")`, the default device."""
+from __future__ import annotations
+
+import threading
+
+from ..backend.base import Device
+from ..errors import BackendUnavailableError, DeviceError
+
+_default = threading.local()
+
+
+def device(kind: str = "cpu", index: int = 0, *, fusion: bool | None = None,
+           autodiff: bool = False) -> Device:
+    """A device by name: ``"cpu"`` (or ``"cpu:0"``). With ``autodiff=True`` it tracks
+    gradients (the same as ``.autodiff()``).
+
+    Fusion on the CPU arrives with the kernel runtime; until then ``"cpu"`` is plain NdArray
+    and ``fusion=True`` is refused with that reason.
+    """
+    if ":" in kind:
+        kind, _, idx = kind.partition(":")
+        index = int(idx)
+    kind = kind.lower()
+    if kind == "cpu":
+        if fusion:
+            raise BackendUnavailableError(
+                "device('cpu', fusion=True): the Fusion decorator is not available yet; "
+                "use device('cpu') (NdArray)")
+        from ..backend.ndarray import NdArray
+        dev = NdArray().device(index)
+    elif kind in ("cuda", "gpu", "wgpu", "torch"):
+        from ..backend.stacks import backend_info
+        reasons = {b.name: b.reason for b in backend_info()}
+        why = reasons.get(kind) or "this backend is not part of ember yet"
+        raise BackendUnavailableError(f"device({kind!r}): not usable here: {why}")
+    else:
+        raise DeviceError(f"device: unknown device kind {kind!r}; valid: 'cpu'")
+    return dev.autodiff() if autodiff else dev
+
+
+def default_device() -> Device:
+    d = getattr(_default, "device", None)
+    if d is None:
+        from ..backend.ndarray import NdArray
+        d = NdArray().device(0)
+    return d
+
+
+def set_default_device(dev) -> None:
+    """The device used by creation functions given no ``device`` (per thread)."""
+    _default.device = as_device(dev) if dev is not None else None
+
+
+def as_device(spec) -> Device:
+    if spec is None:
+        return default_device()
+    if isinstance(spec, Device):
+        return spec
+    if isinstance(spec, str):
+        return device(spec)
+    raise DeviceError(f"expected a Device or a name like 'cpu', got {type(spec).__name__}")

@@ -1,0 +1,130 @@
+"""The per-op path from the Tensor API into a backend: device check, promotion, the
+registry's shape/dtype rule, execution, and wrapping the result. Keep it lean: every op
+passes through here."""
+from __future__ import annotations
+
+import numbers
+
+from .. import dtype as dt
+from ..errors import DeviceError, DTypeError
+
+Tensor = None  # set by ember.tensor.tensor once the class exists
+_EMPTY: dict = {}
+_new = object.__new__
+
+
+def wrap(prim, device, shape, dtype):
+    t = _new(Tensor)
+    t._prim = prim
+    t._device = device
+    t._shape = shape
+    t._dtype = dtype
+    return t
+
+
+def _device_of(op, inputs):
+    dev = None
+    for x in inputs:
+        if type(x) is Tensor:
+            if dev is None:
+                dev = x._device
+            elif x._device is not dev:
+                raise DeviceError(f"{op.name}: tensors are on different devices, {dev} and "
+                                  f"{x._device}; move one with .to_device(...) first")
+    if dev is None:
+        raise DeviceError(f"{op.name}: needs at least one tensor input")
+    return dev
+
+
+def apply(op, inputs: tuple, attrs: dict = _EMPTY):
+    """Run a registry op on tensors (and scalars) and wrap the result(s)."""
+    dev = _device_of(op, inputs)
+    meta = op.infer(*inputs, **attrs)
+    prims = tuple(x._prim if type(x) is Tensor else x for x in inputs)
+    out = dev._execute(op, prims, attrs, meta, dev)
+    if op.nout == 1:
+        return wrap(out, dev, meta[0], meta[1])
+    return tuple(wrap(o, dev, m[0], m[1]) for o, m in zip(out, meta))
+
+
+def create(op, device, attrs: dict):
+    """Run a creation or random op (no tensor inputs) on ``device``."""
+    meta = op.infer(**attrs)
+    out = device._execute(op, (), attrs, meta, device)
+    return wrap(out, device, meta[0], meta[1])
+
+
+def unary(op, x, attrs: dict = _EMPTY):
+    if type(x) is not Tensor:
+        raise DTypeError(f"{op.name}: expects a Tensor, got {type(x).__name__}")
+    meta = op.infer(x, **attrs)
+    dev = x._device
+    return wrap(dev._execute(op, (x._prim,), attrs, meta, dev), dev, meta[0], meta[1])
+
+
+def _is_scalar(v):
+    return isinstance(v, (int, float, bool, numbers.Number)) and not isinstance(v, complex)
+
+
+def binary(op, a, b):
+    """A binary op with promotion: tensors are cast to the common dtype first; a scalar
+    operand stays a scalar (backends and fusion take it as a value)."""
+    ta, tb = type(a) is Tensor, type(b) is Tensor
+    if ta and tb:
+        dev = a._device
+        if b._device is not dev:
+            raise DeviceError(f"{op.name}: tensors are on different devices, {dev} and "
+                              f"{b._device}; move one with .to_device(...) first")
+        da, db = a._dtype, b._dtype
+        if da is not db:
+            common = dt.promote(da, db)
+            if op.promote == "float" and common.kind != "float":
+                common = dt.DEFAULT_FLOAT
+            if da is not common:
+                a = a.cast(common)
+            if db is not common:
+                b = b.cast(common)
+        elif op.promote == "float" and da.kind != "float":
+            a = a.cast(dt.DEFAULT_FLOAT)
+            b = b.cast(dt.DEFAULT_FLOAT)
+        meta = op.infer(a, b)
+        out = dev._execute(op, (a._prim, b._prim), _EMPTY, meta, dev)
+        return wrap(out, dev, meta[0], meta[1])
+    if ta:
+        t, s = a, b
+    elif tb:
+        t, s = b, a
+    else:
+        raise DTypeError(f"{op.name}: expects a Tensor operand, got {type(a).__name__} and "
+                         f"{type(b).__name__}")
+    if not _is_scalar(s):
+        if hasattr(s, "__array__") or isinstance(s, (list, tuple)):
+            raise DTypeError(f"{op.name}: cannot combine a Tensor with {type(s).__name__}; "
+                             f"convert it with em.tensor(...) on {t._device} first")
+        raise DTypeError(f"{op.name}: cannot combine a Tensor with {type(s).__name__} {s!r}; "
+                         f"valid: a Tensor, bool, int or float")
+    d = t._dtype
+    common = dt.promote_scalar(d, s)
+    if op.promote == "float" and common.kind != "float":
+        common = dt.DEFAULT_FLOAT
+    if common is not d:
+        t = t.cast(common)
+    s = _py_scalar(s, common)
+    if ta:
+        a, b = t, s
+    else:
+        a, b = s, t
+    meta = op.infer(a, b)
+    dev = t._device
+    out = dev._execute(op, (t._prim, s) if ta else (s, t._prim), _EMPTY, meta, dev)
+    return wrap(out, dev, meta[0], meta[1])
+
+
+def _py_scalar(s, dtype):
+    """The scalar as the Python type of ``dtype``'s kind (what backends and fusion take)."""
+    k = dtype.kind
+    if k == "float":
+        return float(s)
+    if k == "int":
+        return int(s)
+    return bool(s)

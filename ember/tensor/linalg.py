@@ -1,0 +1,6 @@
+"""linalg functions of the Tensor API."""
+from __future__ import annotations
+
+
+class LinalgMethods:
+    __slots__ = ()

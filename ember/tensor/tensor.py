@@ -1,0 +1,261 @@
+"""`Tensor`: an n-d array on a device. Ops come from the family mixins (one module each);
+this module holds the core: identity, metadata, conversion, interop, autodiff entry points."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtype as dt
+from ..errors import DeviceError, DTypeError, ShapeError
+from . import dispatch
+from .activation import ActivationMethods
+from .elementwise import ElementwiseMethods
+from .indexing import IndexingMethods
+from .linalg import LinalgMethods
+from .nn_ops import NNMethods
+from .reduce import ReduceMethods
+from .shape import Shape
+from .shape_ops import ShapeMethods
+
+
+class Tensor(ElementwiseMethods, ReduceMethods, ShapeMethods, IndexingMethods, LinalgMethods,
+             NNMethods, ActivationMethods):
+    """An immutable n-d array on a device. Every op returns a new tensor; gradients are
+    tracked when the device is an autodiff device."""
+
+    __slots__ = ("_prim", "_device", "_shape", "_dtype", "__weakref__")
+
+    def __init__(self, data, dtype=None, device=None):
+        from .creation import tensor as _tensor
+        t = _tensor(data, dtype=dtype, device=device)
+        self._prim, self._device, self._shape, self._dtype = t._prim, t._device, t._shape, t._dtype
+
+    # -- metadata -------------------------------------------------------------------------
+    @property
+    def shape(self) -> Shape:
+        return Shape(self._shape)
+
+    @property
+    def dtype(self) -> dt.DType:
+        return self._dtype
+
+    @property
+    def device(self):
+        return self._device
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    def dim(self) -> int:
+        return len(self._shape)
+
+    def numel(self) -> int:
+        n = 1
+        for s in self._shape:
+            n *= s
+        return n
+
+    def size(self, dim: int | None = None):
+        if dim is None:
+            return self.shape
+        from ..ops.rules import canonical_dim
+        return self._shape[canonical_dim("size", dim, len(self._shape))]
+
+    @property
+    def kind(self) -> str:
+        return self._dtype.kind
+
+    # -- host data ------------------------------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        """The values as a NumPy array (a copy for device memory; may share CPU memory)."""
+        return np.asarray(self._device.backend.to_numpy(self._prim)).reshape(self._shape)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        if dtype is not None:
+            a = a.astype(dtype)
+        return a
+
+    def to_data(self):
+        from .data import TensorData
+        return TensorData.from_numpy(self.numpy())
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def item(self):
+        if self.numel() != 1:
+            raise ShapeError(f"item: needs a tensor of exactly one element, got shape "
+                             f"{self._shape}")
+        return self.numpy().reshape(()).item()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if self._dtype.kind != "int":
+            raise DTypeError(f"__index__: only int tensors can be used as an index, got "
+                             f"{self._dtype.short}")
+        return int(self.item())
+
+    def __bool__(self):
+        if self.numel() != 1:
+            raise ShapeError(f"bool: the truth value of a tensor of shape {self._shape} is "
+                             f"ambiguous; use .any() or .all()")
+        return bool(self.item())
+
+    def __len__(self):
+        if not self._shape:
+            raise ShapeError("len: a 0-d tensor has no length")
+        return self._shape[0]
+
+    def __iter__(self):
+        if not self._shape:
+            raise ShapeError("iter: cannot iterate over a 0-d tensor")
+        for i in range(self._shape[0]):
+            yield self.select(0, i)
+
+    __hash__ = object.__hash__
+
+    # -- devices and dtypes ---------------------------------------------------------------
+    def to_device(self, device) -> "Tensor":
+        """This tensor's values on ``device`` (a copy through the host for different hardware;
+        gradients do not flow across the move)."""
+        from .creation import as_device
+        device = as_device(device)
+        if device is self._device:
+            return self
+        src, dst = self._device.backend, device.backend
+        if src.is_autodiff and dst is src.inner:
+            return dispatch.wrap(src.unwrap(self._prim), device, self._shape, self._dtype)
+        if dst.is_autodiff and dst.inner is src:
+            return dispatch.wrap(dst.wrap_inner(self._prim, (self._shape, self._dtype)),
+                                 device, self._shape, self._dtype)
+        arr = np.ascontiguousarray(self.numpy())
+        return dispatch.wrap(dst.from_numpy(arr, device), device, self._shape, self._dtype)
+
+    def cast(self, dtype) -> "Tensor":
+        from .elementwise import cast
+        return cast(self, dtype)
+
+    def float(self):
+        return self.cast(dt.float32)
+
+    def double(self):
+        return self.cast(dt.float64)
+
+    def half(self):
+        return self.cast(dt.float16)
+
+    def bfloat16(self):
+        return self.cast(dt.bfloat16)
+
+    def int(self):
+        return self.cast(dt.int64)
+
+    def long(self):
+        return self.cast(dt.int64)
+
+    def bool(self):
+        return self.cast(dt.bool_)
+
+    # -- interop --------------------------------------------------------------------------
+    @property
+    def primitive(self):
+        """The backend's own buffer (a NumPy array on NdArray) for custom kernels."""
+        return self._device.backend.native(self._prim)
+
+    def __dlpack__(self, *args, **kwargs):
+        src = self._device.backend.dlpack_source(self._prim)
+        return src.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._device.backend.dlpack_source(self._prim).__dlpack_device__()
+
+    # -- autodiff -------------------------------------------------------------------------
+    def require_grad(self) -> "Tensor":
+        """This tensor, marked as a leaf whose gradient `backward` returns (a no-op on a
+        device that does not track gradients)."""
+        b = self._device.backend
+        return dispatch.wrap(b.require_grad(self._prim, (self._shape, self._dtype)),
+                             self._device, self._shape, self._dtype)
+
+    requires_grad_ = require_grad
+
+    def set_require_grad(self, flag: bool) -> "Tensor":
+        return self.require_grad() if flag else self.detach()
+
+    def detach(self) -> "Tensor":
+        """The same values, cut from the graph."""
+        return dispatch.wrap(self._device.backend.detach(self._prim), self._device,
+                             self._shape, self._dtype)
+
+    def is_require_grad(self) -> bool:
+        return self._device.backend.is_tracked(self._prim)
+
+    def backward(self):
+        """Gradients of this tensor (seeded with ones) for every leaf that requires grad."""
+        return self._device.backend.backward(self._prim, (self._shape, self._dtype),
+                                             self._device)
+
+    def _leaf_id(self, op):
+        b = self._device.backend
+        if not b.is_autodiff:
+            from ..errors import AutodiffError
+            raise AutodiffError(f"{op}: the tensor lives on {self._device}, which tracks no "
+                                f"gradients")
+        return b.leaf_id(self._prim)
+
+    def grad(self, grads):
+        """This tensor's gradient in ``grads`` (on the inner device), or None."""
+        key = self._leaf_id("grad")
+        return None if key is None else grads.get(key)
+
+    def grad_remove(self, grads):
+        key = self._leaf_id("grad_remove")
+        return None if key is None else grads.remove(key)
+
+    def grad_replace(self, grads, grad):
+        key = self._leaf_id("grad_replace")
+        if key is None:
+            from ..errors import AutodiffError
+            raise AutodiffError("grad_replace: the tensor does not require grad")
+        if tuple(grad._shape) != self._shape:
+            raise ShapeError(f"grad_replace: gradient shape {grad._shape} does not match the "
+                             f"tensor's {self._shape}")
+        grads.replace(key, grad)
+
+    def id(self):
+        """The stable id of a tensor that requires grad (None otherwise)."""
+        b = self._device.backend
+        return b.leaf_id(self._prim) if b.is_autodiff else None
+
+    # -- display --------------------------------------------------------------------------
+    def __repr__(self):
+        from .display import tensor_repr
+        return tensor_repr(self)
+
+    def __str__(self):
+        return self.__repr__()
+
+    def __reduce__(self):
+        from .creation import tensor as _tensor
+        return (_rebuild, (self.numpy(), self._dtype.name, self._device))
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        # Tensors are immutable values: a deep copy may share storage.
+        return self
+
+
+def _rebuild(array, dtype_name, device):
+    from .creation import tensor as _tensor
+    return _tensor(array, dtype=dt.from_name(dtype_name), device=device)
+
+
+dispatch.Tensor = Tensor
