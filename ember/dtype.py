@@ -10,9 +10,22 @@ Promotion, as in PyTorch and JAX:
 * within a kind the wider dtype wins (``f16 + f32 -> f32``, ``i8 + i64 -> i64``);
   ``f16 + bf16 -> f32``, and ``u8`` with a signed int gives the smallest signed int that holds
   both (``u8 + i8 -> i16``);
-* Python scalars are *weak*: they never widen a tensor's dtype within its kind.
-  A float scalar with an int or bool tensor gives the default float (f32), an int scalar with
-  a bool tensor gives the default int (i64).
+* Python scalars (and NumPy scalars) are *weak*: they never widen a tensor's dtype within
+  its kind (``i32 + 2 -> i32``, ``f16 + 1.0 -> f16``, ``i8 + True -> i8``). A float scalar
+  with an int or bool tensor gives the default float (``i32 + 2.5 -> f32``), an int scalar
+  with a bool tensor gives the default int (``bool + 1 -> i64``). The scalar is converted to
+  the result dtype before the op; an int scalar the result dtype cannot hold is refused.
+* promotion is commutative and associative.
+
+For two tensors with at least one dim, and for a tensor with a scalar, this is exactly
+``torch.result_type`` (tests/test_promotion.py checks every pair). Where ember differs from
+PyTorch:
+
+* a 0-d tensor is an ordinary tensor: ``f32[n] + f64[] -> f64`` (PyTorch: f32, because it
+  lets a 0-d tensor widen only across kinds);
+* ``add``/``sub``/``mul`` take float and int tensors, so ``bool + bool`` is a DTypeError
+  (PyTorch computes a logical or); use ``logical_or``;
+* ``u8 + 300`` is a DTypeError (PyTorch wraps the scalar modulo 256).
 """
 from __future__ import annotations
 
@@ -23,7 +36,8 @@ import ml_dtypes
 class DType:
     """One element type: its name, kind (``float``, ``int``, ``bool``), size and NumPy dtype."""
 
-    __slots__ = ("name", "kind", "itemsize", "np", "_order", "short", "signed")
+    __slots__ = ("name", "kind", "itemsize", "np", "_order", "short", "signed",
+                 "is_float", "is_int", "is_bool")
 
     def __init__(self, name, short, kind, np_dtype, order, signed=True):
         self.name = name
@@ -33,18 +47,10 @@ class DType:
         self.itemsize = self.np.itemsize
         self._order = order
         self.signed = signed
-
-    @property
-    def is_float(self) -> bool:
-        return self.kind == "float"
-
-    @property
-    def is_int(self) -> bool:
-        return self.kind == "int"
-
-    @property
-    def is_bool(self) -> bool:
-        return self.kind == "bool"
+        # plain attributes rather than properties: the autodiff hot path reads is_float
+        self.is_float = kind == "float"
+        self.is_int = kind == "int"
+        self.is_bool = kind == "bool"
 
     def __repr__(self):
         return f"ember.{self.name}"
@@ -103,6 +109,10 @@ def from_numpy(np_dtype) -> DType:
     """The DType of a NumPy dtype; float64/int64 stay as they are."""
     d = _BY_NUMPY.get(np.dtype(np_dtype))
     if d is None:
+        nd = np.dtype(np_dtype)
+        if not nd.isnative and _BY_NUMPY.get(nd.newbyteorder("=")) is not None:
+            raise _dtype_error(f"NumPy dtype {nd.str} is not in the machine's byte order; "
+                               f"convert with arr.astype(arr.dtype.newbyteorder('='))")
         raise _dtype_error(f"NumPy dtype {np.dtype(np_dtype)} has no ember dtype; "
                            f"valid: {', '.join(str(d.np) for d in ALL)}")
     return d

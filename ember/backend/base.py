@@ -12,6 +12,10 @@ import numpy as np
 from ..errors import AutodiffError, DeviceError
 
 
+# Set by ``em.seed(n)``: devices of base backends created afterwards start from this seed.
+GLOBAL_SEED: int | None = None
+
+
 class _Interned(type):
     """Backends built with equal arguments are one object."""
 
@@ -27,6 +31,7 @@ class _Interned(type):
                 inst = cls._instances.get(key)
                 if inst is None:
                     inst = super().__call__(*args)
+                    inst._intern_args = args
                     cls._instances[key] = inst
         return inst
 
@@ -48,6 +53,8 @@ class Backend(metaclass=_Interned):
         if d is None:
             d = Device(self, index)
             self._devices[index] = d
+            if GLOBAL_SEED is not None and self.inner is None:
+                self.seed(d, GLOBAL_SEED)  # em.seed(n) also covers devices made after it
         return d
 
     # -- the op path ----------------------------------------------------------------------
@@ -97,6 +104,10 @@ class Backend(metaclass=_Interned):
 
     def describe(self) -> str:
         return self.name
+
+    def __reduce__(self):
+        # a backend pickles as its constructor call, which returns the interned instance
+        return (type(self), self._intern_args)
 
     def __repr__(self):
         return self.describe()

@@ -1,1 +1,875 @@
-"""nn ops (declared by their family module)."""
+"""Module ops: convolutions, pooling, resizing and embedding lookups (PyTorch layouts).
+
+Layouts are channels-first: inputs ``[N, C, *spatial]`` with one (``1d``) or two (``2d``)
+spatial dims. Conv weights are ``[out, in/groups, *kernel]``; transposed-conv weights
+``[in, out/groups, *kernel]``. Every forward op has a backward *primitive* (weight gradient
+of a conv, scatter of a pool, ...), so derivatives are ember ops on any backend, and the
+families are closed under differentiation: the adjoint of each backward primitive is a
+forward op (``conv`` <-> ``conv_transpose`` <-> ``conv_weight_backward``,
+``avg_pool`` <-> ``avg_pool_backward``, ``embedding`` <-> ``embedding_backward``, ...).
+
+Attributes are canonical: per-spatial-dim tuples of ints (``stride``, ``padding``,
+``dilation``, ``kernel``), ``groups`` an int, flags as bools. The Tensor API
+(``ember/tensor/nn_ops.py``) normalizes user arguments; biases are added there, as a
+broadcast ``add``, so they need no op of their own.
+
+NumPy implementations compute f16/bf16 in f32 (f64 in f64) and round once at the end;
+they loop at most over kernel offsets, never over output pixels.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from .. import dtype as dt
+from ..errors import IndexError_, ShapeError
+from ._api import api
+from .registry import declare
+from .rules import require_kind, same_dtype
+
+_apply = None
+
+
+def _run(op, inputs, **attrs):
+    """Run a registry op from a derivative rule (the Tensor API sits above the registry, so
+    dispatch is imported on first use)."""
+    global _apply
+    if _apply is None:
+        from ..tensor.dispatch import apply as _a
+        _apply = _a
+    return _apply(op, inputs, attrs)
+
+
+def _ct(a):
+    """The dtype NumPy computes in: f64 stays f64, every other float goes through f32."""
+    return np.float64 if a.dtype == np.float64 else np.float32
+
+
+def _layout(nd):
+    return "[N, C, L]" if nd == 1 else "[N, C, H, W]"
+
+
+def _check_input(op, x, nd, what="input"):
+    if len(x._shape) != nd + 2:
+        raise ShapeError(f"{op}: expects a {nd + 2}-d {what} {_layout(nd)}, got shape "
+                         f"{x._shape}")
+    if x._dtype.kind != "float":
+        require_kind(op, x._dtype, "float", what)
+
+
+# -- shared geometry ------------------------------------------------------------------------
+def conv_out_size(op, n, k, s, p, d, what="input"):
+    ext = d * (k - 1) + 1
+    if n + 2 * p < ext:
+        raise ShapeError(f"{op}: the kernel (size {k}, dilation {d}: {ext} positions) is larger "
+                         f"than the padded {what} ({n} + 2*{p} = {n + 2 * p}); valid: "
+                         f"dilation*(kernel-1)+1 <= size + 2*padding")
+    return (n + 2 * p - ext) // s + 1
+
+
+def pool_out_size(op, n, k, s, p, d, ceil_mode):
+    """PyTorch's pooling output size (a ceil-mode window must start inside the input or
+    its left padding)."""
+    ext = d * (k - 1) + 1
+    num = n + 2 * p - ext
+    if num < 0:
+        raise ShapeError(f"{op}: the window (size {k}, dilation {d}: {ext} positions) is larger "
+                         f"than the padded input ({n} + 2*{p} = {n + 2 * p})")
+    o = (num + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (o - 1) * s >= n + p:
+        o -= 1
+    return o
+
+
+def _transpose_out_size(n, k, s, p, op_, d):
+    return (n - 1) * s - 2 * p + d * (k - 1) + op_ + 1
+
+
+def _grad_output_padding(in_size, out_size, kernel, stride, padding, dilation):
+    """The output_padding that makes conv_transpose of a conv's output grad as large as the
+    conv's input (the rows a strided conv never read)."""
+    return tuple(n + 2 * p - d * (k - 1) - 1 - (o - 1) * s
+                 for n, o, k, s, p, d in zip(in_size, out_size, kernel, stride, padding,
+                                              dilation))
+
+
+def _pad(x, lo, hi, nd, value=0.0):
+    if not any(lo) and not any(hi):
+        return x
+    return np.pad(x, ((0, 0), (0, 0)) + tuple(zip(lo, hi)), constant_values=value)
+
+
+def _windows(x, kernel, stride, dilation, nd):
+    """``[N, C, *out, *kernel]``: a strided view of the (already padded) input's windows."""
+    sp = tuple(range(2, 2 + nd))
+    ext = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation))
+    win = sliding_window_view(x, ext, axis=sp)
+    sl = ((slice(None),) * 2 + tuple(slice(None, None, s) for s in stride)
+          + tuple(slice(None, None, d) for d in dilation))
+    return win[sl]
+
+
+def _im2col(x, kernel, stride, padding, dilation, groups, nd):
+    """``[groups, N*P, C/groups*K]`` columns of a conv input, and the output spatial size."""
+    n, c = x.shape[:2]
+    win = _windows(_pad(x, padding, padding, nd), kernel, stride, dilation, nd)
+    osz = win.shape[2:2 + nd]
+    cg = c // groups
+    win = win.reshape((n, groups, cg) + win.shape[2:])
+    perm = ((1, 0) + tuple(range(3, 3 + nd)) + (2,) + tuple(range(3 + nd, 3 + 2 * nd)))
+    p = 1
+    for o in osz:
+        p *= o
+    kp = 1
+    for k in kernel:
+        kp *= k
+    cols = np.ascontiguousarray(win.transpose(perm)).reshape(groups, n * p, cg * kp)
+    return cols, osz
+
+
+def _to_nc(y, n, groups, osz, f, nd):
+    """``[groups, N*P, F]`` -> ``[N, groups*F, *osz]``."""
+    y = y.reshape((groups, n) + tuple(osz) + (f,))
+    y = y.transpose((1, 0, 2 + nd) + tuple(range(2, 2 + nd)))
+    return y.reshape((n, groups * f) + tuple(osz))
+
+
+def _from_nc(g, groups, nd):
+    """``[N, groups*F, *S]`` -> ``[groups, N*P, F]``."""
+    n, c = g.shape[:2]
+    f = c // groups
+    g = g.reshape((n, groups, f) + g.shape[2:])
+    g = g.transpose((1, 0) + tuple(range(3, 3 + nd)) + (2,))
+    return g.reshape(groups, -1, f)
+
+
+# -- convolution ----------------------------------------------------------------------------
+def _conv_np(nd):
+    def conv(x, w, stride, padding, dilation, groups):
+        ct = _ct(x)
+        xc, wc = x.astype(ct, copy=False), w.astype(ct, copy=False)
+        o, cg = w.shape[:2]
+        kernel = w.shape[2:]
+        cols, osz = _im2col(xc, kernel, stride, padding, dilation, groups, nd)
+        f = o // groups
+        wm = wc.reshape(groups, f, cols.shape[2])
+        y = np.matmul(cols, wm.transpose(0, 2, 1))
+        return _to_nc(y, x.shape[0], groups, osz, f, nd).astype(x.dtype, copy=False)
+    return conv
+
+
+def _conv_transpose_np(nd):
+    def conv_transpose(x, w, stride, padding, output_padding, dilation, groups):
+        ct = _ct(x)
+        xc, wc = x.astype(ct, copy=False), w.astype(ct, copy=False)
+        n, cin = x.shape[:2]
+        size = x.shape[2:]
+        f = w.shape[1]
+        kernel = w.shape[2:]
+        kp = 1
+        for k in kernel:
+            kp *= k
+        cg = cin // groups
+        # [g, N*P, Cg] @ [g, Cg, K*F]: every input pixel's contribution to each kernel offset
+        wm = wc.reshape(groups, cg, f, kp).transpose(0, 1, 3, 2).reshape(groups, cg, kp * f)
+        cols = np.matmul(_from_nc(xc, groups, nd), wm)
+        cols = cols.reshape((groups, n) + tuple(size) + (kp, f))
+        full = tuple((s_ - 1) * st + d * (k - 1) + 1 + op_ for s_, st, d, k, op_ in
+                     zip(size, stride, dilation, kernel, output_padding))
+        buf = np.zeros((groups, n) + full + (f,), dtype=ct)
+        for ki, off in enumerate(np.ndindex(*kernel)):
+            sl = (slice(None), slice(None)) + tuple(
+                slice(o * d, o * d + st * (s_ - 1) + 1, st)
+                for o, d, st, s_ in zip(off, dilation, stride, size))
+            buf[sl] += cols[..., ki, :]
+        osz = tuple(_transpose_out_size(s_, k, st, p, op_, d) for s_, k, st, p, op_, d in
+                    zip(size, kernel, stride, padding, output_padding, dilation))
+        crop = (slice(None), slice(None)) + tuple(slice(p, p + o) for p, o in zip(padding, osz))
+        y = buf[crop]
+        y = y.transpose((1, 0, 2 + nd) + tuple(range(2, 2 + nd)))
+        return y.reshape((n, groups * f) + osz).astype(x.dtype, copy=False)
+    return conv_transpose
+
+
+def _conv_weight_backward_np(nd):
+    def conv_weight_backward(x, gy, kernel, stride, padding, dilation, groups):
+        ct = _ct(x)
+        xc, gc = x.astype(ct, copy=False), gy.astype(ct, copy=False)
+        cols, _ = _im2col(xc, kernel, stride, padding, dilation, groups, nd)
+        gm = _from_nc(gc, groups, nd)                      # [g, N*P, F]
+        dw = np.matmul(gm.transpose(0, 2, 1), cols)       # [g, F, Cg*K]
+        o = gy.shape[1]
+        return dw.reshape((o, x.shape[1] // groups) + tuple(kernel)).astype(x.dtype,
+                                                                             copy=False)
+    return conv_weight_backward
+
+
+def _check_groups(op, groups, c, o, what_c="input channels", what_o="output channels"):
+    if not isinstance(groups, int) or groups < 1:
+        raise ShapeError(f"{op}: groups must be a positive int, got {groups!r}")
+    if c % groups:
+        raise ShapeError(f"{op}: groups={groups} does not divide the {c} {what_c}")
+    if o % groups:
+        raise ShapeError(f"{op}: groups={groups} does not divide the {o} {what_o}")
+
+
+def _conv_infer(op, nd):
+    def infer(x, w, stride, padding, dilation, groups):
+        _check_input(op, x, nd)
+        _check_input(op, w, nd, "weight")
+        same_dtype(op, x._dtype, w._dtype)
+        n, c = x._shape[:2]
+        o, wc = w._shape[:2]
+        kernel = w._shape[2:]
+        _check_groups(op, groups, c, o, what_o="output channels (weight dim 0)")
+        if wc * groups != c:
+            want = (o, c // groups) + kernel
+            raise ShapeError(
+                f"{op}: weight {w._shape} does not fit input {x._shape}: the input has {c} "
+                f"channels, the weight takes {wc}*groups={wc * groups}; expected a weight of "
+                f"shape {want} ([out, in/groups, *kernel], groups={groups})")
+        osz = tuple(conv_out_size(op, s_, k, st, p, d) for s_, k, st, p, d in
+                    zip(x._shape[2:], kernel, stride, padding, dilation))
+        return ((n, o) + osz, x._dtype)
+    return infer
+
+
+def _conv_transpose_infer(op, nd):
+    def infer(x, w, stride, padding, output_padding, dilation, groups):
+        _check_input(op, x, nd)
+        _check_input(op, w, nd, "weight")
+        same_dtype(op, x._dtype, w._dtype)
+        n, c = x._shape[:2]
+        wi, f = w._shape[:2]
+        kernel = w._shape[2:]
+        _check_groups(op, groups, c, c)
+        if wi != c:
+            want = (c, f) + kernel
+            raise ShapeError(
+                f"{op}: weight {w._shape} does not fit input {x._shape}: the input has {c} "
+                f"channels, the weight's dim 0 takes {wi}; expected a weight of shape {want} "
+                f"([in, out/groups, *kernel], groups={groups})")
+        for op_, st in zip(output_padding, stride):
+            if op_ >= st:
+                raise ShapeError(f"{op}: output_padding {output_padding} must be smaller than "
+                                 f"the stride {stride} in every dim")
+        osz = tuple(_transpose_out_size(s_, k, st, p, op_, d) for s_, k, st, p, op_, d in
+                    zip(x._shape[2:], kernel, stride, padding, output_padding, dilation))
+        if any(o < 1 for o in osz):
+            raise ShapeError(f"{op}: input {x._shape} with kernel {kernel}, stride {stride}, "
+                             f"padding {padding}, dilation {dilation} gives output size {osz}; "
+                             f"every size must be >= 1 (reduce the padding)")
+        return ((n, f * groups) + osz, x._dtype)
+    return infer
+
+
+def _conv_weight_backward_infer(op, nd):
+    def infer(x, gy, kernel, stride, padding, dilation, groups):
+        _check_input(op, x, nd)
+        _check_input(op, gy, nd, "output gradient")
+        same_dtype(op, x._dtype, gy._dtype)
+        n, c = x._shape[:2]
+        o = gy._shape[1]
+        _check_groups(op, groups, c, o)
+        osz = tuple(conv_out_size(op, s_, k, st, p, d) for s_, k, st, p, d in
+                    zip(x._shape[2:], kernel, stride, padding, dilation))
+        if gy._shape != (n, o) + osz:
+            raise ShapeError(f"{op}: output gradient {gy._shape} does not match the conv of "
+                             f"input {x._shape} with kernel {kernel}: expected "
+                             f"{(n, o) + osz}")
+        return ((o, c // groups) + tuple(kernel), x._dtype)
+    return infer
+
+
+def _declare_conv(nd):
+    name, tname, wname = f"conv{nd}d", f"conv_transpose{nd}d", f"conv{nd}d_weight_backward"
+    ops = {}
+
+    def conv_vjp(g, i, o, stride, padding, dilation, groups):
+        x, w = i
+        kernel = w._shape[2:]
+        opad = _grad_output_padding(x._shape[2:], g._shape[2:], kernel, stride, padding,
+                                    dilation)
+        gx = _run(ops["t"], (g, w), stride=stride, padding=padding, output_padding=opad,
+                  dilation=dilation, groups=groups)
+        gw = _run(ops["w"], (x, g), kernel=kernel, stride=stride, padding=padding,
+                  dilation=dilation, groups=groups)
+        return gx, gw
+
+    def conv_transpose_vjp(g, i, o, stride, padding, output_padding, dilation, groups):
+        x, w = i
+        gx = _run(ops["c"], (g, w), stride=stride, padding=padding, dilation=dilation,
+                  groups=groups)
+        gw = _run(ops["w"], (g, x), kernel=w._shape[2:], stride=stride, padding=padding,
+                  dilation=dilation, groups=groups)
+        return gx, gw
+
+    def weight_backward_vjp(g, i, o, kernel, stride, padding, dilation, groups):
+        x, gy = i
+        opad = _grad_output_padding(x._shape[2:], gy._shape[2:], kernel, stride, padding,
+                                    dilation)
+        gx = _run(ops["t"], (gy, g), stride=stride, padding=padding, output_padding=opad,
+                  dilation=dilation, groups=groups)
+        ggy = _run(ops["c"], (x, g), stride=stride, padding=padding, dilation=dilation,
+                   groups=groups)
+        return gx, ggy
+
+    ops["c"] = declare(
+        name, "conv", nin=2, attrs=("stride", "padding", "dilation", "groups"),
+        infer=_conv_infer(name, nd), numpy=_conv_np(nd), vjp=conv_vjp,
+        doc=f"{nd}-d cross-correlation of [N, C, *S] with weight [O, C/groups, *K] (no bias)")
+    ops["t"] = declare(
+        tname, "conv", nin=2,
+        attrs=("stride", "padding", "output_padding", "dilation", "groups"),
+        infer=_conv_transpose_infer(tname, nd), numpy=_conv_transpose_np(nd),
+        vjp=conv_transpose_vjp,
+        doc=f"{nd}-d transposed conv of [N, C, *S] with weight [C, O/groups, *K] (no bias): "
+            f"the adjoint of {name} in its input")
+    ops["w"] = declare(
+        wname, "conv", nin=2, attrs=("kernel", "stride", "padding", "dilation", "groups"),
+        infer=_conv_weight_backward_infer(wname, nd), numpy=_conv_weight_backward_np(nd),
+        vjp=weight_backward_vjp,
+        doc=f"the weight gradient of {name}: (input, output grad) -> [O, C/groups, *K]")
+    return ops["c"], ops["t"], ops["w"]
+
+
+CONV1D, CONV_TRANSPOSE1D, CONV1D_WEIGHT_BACKWARD = _declare_conv(1)
+CONV2D, CONV_TRANSPOSE2D, CONV2D_WEIGHT_BACKWARD = _declare_conv(2)
+
+
+# -- max pooling ----------------------------------------------------------------------------
+def _pool_check(op, x, nd, kernel, stride, padding, dilation, ceil_mode):
+    _check_input(op, x, nd)
+    for k, p in zip(kernel, padding):
+        if p > k // 2:
+            raise ShapeError(f"{op}: padding {padding} must be at most half the kernel "
+                             f"{kernel} in every dim")
+    osz = tuple(pool_out_size(op, n, k, s, p, d, ceil_mode) for n, k, s, p, d in
+                zip(x._shape[2:], kernel, stride, padding, dilation))
+    if any(o < 1 for o in osz):
+        raise ShapeError(f"{op}: input {x._shape} gives output size {osz}; sizes must be >= 1")
+    return osz
+
+
+def _max_windows(x, kernel, stride, padding, dilation, ceil_mode, nd):
+    size = x.shape[2:]
+    osz = tuple(pool_out_size("max_pool", n, k, s, p, d, ceil_mode) for n, k, s, p, d in
+                zip(size, kernel, stride, padding, dilation))
+    hi = tuple(max(0, (o - 1) * s + d * (k - 1) + 1 - n - p) for o, s, d, k, n, p in
+               zip(osz, stride, dilation, kernel, size, padding))
+    xp = _pad(x, padding, hi, nd, value=-np.inf)
+    win = _windows(xp, kernel, stride, dilation, nd)
+    # a ceil-mode pad may leave extra windows past the last one that counts
+    return win[(slice(None), slice(None)) + tuple(slice(0, o) for o in osz)], osz
+
+
+def _max_pool_np(nd):
+    axes = tuple(range(2 + nd, 2 + 2 * nd))
+
+    def max_pool(x, kernel, stride, padding, dilation, ceil_mode):
+        win, _ = _max_windows(x, kernel, stride, padding, dilation, ceil_mode, nd)
+        return win.max(axis=axes) if win.size else np.zeros(win.shape[:2 + nd], x.dtype)
+    return max_pool
+
+
+def _max_pool_idx_np(nd):
+    def max_pool_with_indices(x, kernel, stride, padding, dilation, ceil_mode):
+        win, osz = _max_windows(x, kernel, stride, padding, dilation, ceil_mode, nd)
+        n, c = x.shape[:2]
+        size = x.shape[2:]
+        kp = 1
+        for k in kernel:
+            kp *= k
+        flat = win.reshape(win.shape[:2 + nd] + (kp,))
+        if flat.size == 0:
+            return (np.zeros((n, c) + osz, x.dtype), np.zeros((n, c) + osz, np.int64))
+        a = flat.argmax(axis=-1)
+        vals = np.take_along_axis(flat, a[..., None], axis=-1)[..., 0]
+        # window offset -> position in the unpadded plane, per spatial dim
+        pos = []
+        rem = a
+        for i in range(nd - 1, -1, -1):
+            k = kernel[i]
+            off = rem % k
+            rem = rem // k
+            shape = [1] * nd
+            shape[i] = osz[i]
+            start = (np.arange(osz[i]) * stride[i] - padding[i]).reshape(shape)
+            pos.append(start + off * dilation[i])
+        pos.reverse()
+        invalid = None
+        for i in range(nd):
+            bad = (pos[i] < 0) | (pos[i] >= size[i])
+            invalid = bad if invalid is None else invalid | bad
+        if invalid.any():
+            # a window of -inf only (or NaN-free ties with the padding): PyTorch reports its
+            # first in-bounds position
+            for i in range(nd):
+                shape = [1] * nd
+                shape[i] = osz[i]
+                start = np.arange(osz[i]) * stride[i] - padding[i]
+                first = np.where(start < 0, start + (-start + dilation[i] - 1) // dilation[i]
+                                 * dilation[i], start).reshape(shape)
+                pos[i] = np.where(invalid, first, pos[i])
+        idx = pos[0]
+        for i in range(1, nd):
+            idx = idx * size[i] + pos[i]
+        return vals, np.broadcast_to(idx, (n, c) + osz).astype(np.int64)
+    return max_pool_with_indices
+
+
+def _max_pool_backward_np(g, indices, input_size):
+    n, c = g.shape[:2]
+    plane = 1
+    for s_ in input_size:
+        plane *= s_
+    base = (np.arange(n * c, dtype=np.int64) * plane).reshape((n, c) + (1,) * (g.ndim - 2))
+    flat = (indices + base).reshape(-1)
+    w = g.reshape(-1).astype(np.float64)
+    out = np.bincount(flat, weights=w, minlength=n * c * plane)
+    return out.reshape((n, c) + tuple(input_size)).astype(g.dtype, copy=False)
+
+
+def _declare_max_pool(nd):
+    name = f"max_pool{nd}d"
+    iname, bname = f"{name}_with_indices", f"{name}_backward"
+    attrs = ("kernel", "stride", "padding", "dilation", "ceil_mode")
+    ops = {}
+
+    def infer(x, kernel, stride, padding, dilation, ceil_mode):
+        osz = _pool_check(name, x, nd, kernel, stride, padding, dilation, ceil_mode)
+        return (x._shape[:2] + osz, x._dtype)
+
+    def infer_idx(x, kernel, stride, padding, dilation, ceil_mode):
+        osz = _pool_check(iname, x, nd, kernel, stride, padding, dilation, ceil_mode)
+        return [(x._shape[:2] + osz, x._dtype), (x._shape[:2] + osz, dt.int64)]
+
+    def infer_bwd(g, indices, input_size):
+        _check_input(bname, g, nd, "output gradient")
+        if indices._shape != g._shape:
+            raise ShapeError(f"{bname}: indices {indices._shape} must have the output "
+                             f"gradient's shape {g._shape}")
+        if indices._dtype.kind != "int":
+            require_kind(bname, indices._dtype, "int", "indices")
+        return (g._shape[:2] + tuple(input_size), g._dtype)
+
+    def vjp(g, i, o, **attrs):
+        x = i[0]
+        idx = _run(ops["i"], (x,), **attrs)[1]
+        return (_run(ops["b"], (g, idx), input_size=x._shape[2:]),)
+
+    def vjp_idx(g, i, o, **attrs):
+        return (_run(ops["b"], (g, o[1]), input_size=i[0]._shape[2:]),)
+
+    def vjp_bwd(gg, i, o, input_size):
+        g, idx = i
+        n, c = g._shape[:2]
+        picked = api.gather(gg.reshape(n, c, -1), 2, idx.reshape(n, c, -1))
+        return (picked.reshape(g._shape), None)
+
+    ops["m"] = declare(name, "pool", nin=1, attrs=attrs, infer=infer, numpy=_max_pool_np(nd),
+                       vjp=vjp, doc=f"{nd}-d max pooling")
+    ops["i"] = declare(iname, "pool", nin=1, attrs=attrs, infer=infer_idx,
+                       numpy=_max_pool_idx_np(nd), vjp=vjp_idx, nout=2,
+                       doc=f"{nd}-d max pooling and the argmax of each window as a flat "
+                           f"position in its input plane (i64)")
+    ops["b"] = declare(bname, "pool", nin=2, attrs=("input_size",), infer=infer_bwd,
+                       numpy=_max_pool_backward_np, vjp=vjp_bwd,
+                       doc=f"the input gradient of {name}: scatter-add to the argmax indices")
+    return ops["m"], ops["i"], ops["b"]
+
+
+MAX_POOL1D, MAX_POOL1D_WITH_INDICES, MAX_POOL1D_BACKWARD = _declare_max_pool(1)
+MAX_POOL2D, MAX_POOL2D_WITH_INDICES, MAX_POOL2D_BACKWARD = _declare_max_pool(2)
+
+
+# -- average pooling ------------------------------------------------------------------------
+@functools.lru_cache(maxsize=512)
+def _avg_divisors(n, k, s, p, o, count_include_pad):
+    """Per output position along one dim: 1 / the number of positions averaged (PyTorch:
+    padding counts, positions past the padding never do)."""
+    start = np.arange(o) * s - p
+    end = np.minimum(start + k, n + p)
+    if count_include_pad:
+        cnt = end - start
+    else:
+        cnt = np.minimum(end, n) - np.maximum(start, 0)
+    out = 1.0 / np.maximum(cnt, 1)
+    out.flags.writeable = False
+    return out
+
+
+def _along(v, axis, ndim):
+    shape = [1] * ndim
+    shape[axis] = v.shape[0]
+    return v.reshape(shape)
+
+
+def _window_sum_axis(x, axis, k, s, p, o):
+    """Sums of ``k`` consecutive (zero-padded) positions every ``s``, along ``axis``."""
+    n = x.shape[axis]
+    hi = max(0, (o - 1) * s + k - n - p)
+    if p or hi:
+        pads = [(0, 0)] * x.ndim
+        pads[axis] = (p, hi)
+        x = np.pad(x, pads)
+    pre = (slice(None),) * axis
+    out = x[pre + (slice(0, s * (o - 1) + 1, s),)].copy()
+    for j in range(1, k):
+        out += x[pre + (slice(j, j + s * (o - 1) + 1, s),)]
+    return out
+
+
+def _window_sum_axis_T(g, axis, k, s, p, n):
+    """The adjoint of `_window_sum_axis`: spread each output over its window."""
+    o = g.shape[axis]
+    total = max(n + p, (o - 1) * s + k)
+    shape = list(g.shape)
+    shape[axis] = total
+    buf = np.zeros(shape, g.dtype)
+    pre = (slice(None),) * axis
+    for j in range(k):
+        buf[pre + (slice(j, j + s * (o - 1) + 1, s),)] += g
+    return buf[pre + (slice(p, p + n),)]
+
+
+def _avg_pool_np(nd):
+    def avg_pool(x, kernel, stride, padding, ceil_mode, count_include_pad):
+        ct = _ct(x)
+        y = x.astype(ct, copy=False)
+        for i in range(nd):
+            n = x.shape[2 + i]
+            o = pool_out_size("avg_pool", n, kernel[i], stride[i], padding[i], 1, ceil_mode)
+            y = _window_sum_axis(y, 2 + i, kernel[i], stride[i], padding[i], o)
+            y *= _along(_avg_divisors(n, kernel[i], stride[i], padding[i], o,
+                                      count_include_pad).astype(ct), 2 + i, y.ndim)
+        return y.astype(x.dtype, copy=False)
+    return avg_pool
+
+
+def _avg_pool_backward_np(nd):
+    def avg_pool_backward(g, input_size, kernel, stride, padding, ceil_mode, count_include_pad):
+        ct = _ct(g)
+        y = g.astype(ct, copy=True)
+        for i in range(nd):
+            n, o = input_size[i], g.shape[2 + i]
+            y = y * _along(_avg_divisors(n, kernel[i], stride[i], padding[i], o,
+                                         count_include_pad).astype(ct), 2 + i, y.ndim)
+            y = _window_sum_axis_T(y, 2 + i, kernel[i], stride[i], padding[i], n)
+        return y.astype(g.dtype, copy=False)
+    return avg_pool_backward
+
+
+def _declare_avg_pool(nd):
+    name, bname = f"avg_pool{nd}d", f"avg_pool{nd}d_backward"
+    attrs = ("kernel", "stride", "padding", "ceil_mode", "count_include_pad")
+    ops = {}
+
+    def infer(x, kernel, stride, padding, ceil_mode, count_include_pad):
+        osz = _pool_check(name, x, nd, kernel, stride, padding, (1,) * nd, ceil_mode)
+        return (x._shape[:2] + osz, x._dtype)
+
+    def infer_bwd(g, input_size, kernel, stride, padding, ceil_mode, count_include_pad):
+        _check_input(bname, g, nd, "output gradient")
+        osz = tuple(pool_out_size(bname, n, k, s, p, 1, ceil_mode) for n, k, s, p in
+                    zip(input_size, kernel, stride, padding))
+        if g._shape[2:] != osz:
+            raise ShapeError(f"{bname}: output gradient {g._shape} does not match pooling an "
+                             f"input of size {input_size}: expected spatial size {osz}")
+        return (g._shape[:2] + tuple(input_size), g._dtype)
+
+    def vjp(g, i, o, **attrs):
+        return (_run(ops["b"], (g,), input_size=i[0]._shape[2:], **attrs),)
+
+    def vjp_bwd(gg, i, o, input_size, **attrs):
+        return (_run(ops["a"], (gg,), **attrs),)
+
+    ops["a"] = declare(name, "pool", nin=1, attrs=attrs, infer=infer, numpy=_avg_pool_np(nd),
+                       vjp=vjp, doc=f"{nd}-d average pooling (PyTorch's divisor rules)")
+    ops["b"] = declare(bname, "pool", nin=1, attrs=("input_size",) + attrs, infer=infer_bwd,
+                       numpy=_avg_pool_backward_np(nd), vjp=vjp_bwd,
+                       doc=f"the input gradient of {name}")
+    return ops["a"], ops["b"]
+
+
+AVG_POOL1D, AVG_POOL1D_BACKWARD = _declare_avg_pool(1)
+AVG_POOL2D, AVG_POOL2D_BACKWARD = _declare_avg_pool(2)
+
+
+# -- adaptive average pooling ---------------------------------------------------------------
+@functools.lru_cache(maxsize=512)
+def _adaptive_matrix(n, o):
+    """``[o, n]``: row i averages input positions floor(i*n/o) .. ceil((i+1)*n/o)-1."""
+    i = np.arange(o)
+    start = (i * n) // o
+    end = -((-(i + 1) * n) // o)
+    j = np.arange(n)
+    m = ((j >= start[:, None]) & (j < end[:, None])) / np.maximum(end - start, 1)[:, None]
+    m.flags.writeable = False
+    return m
+
+
+def _apply_axis(y, m, axis):
+    """``m @ y`` along ``axis`` (``m`` is ``[out, in]``)."""
+    y = np.moveaxis(y, axis, -1)
+    y = y @ m.T
+    return np.moveaxis(y, -1, axis)
+
+
+def _adaptive_np(nd):
+    def adaptive_avg_pool(x, output_size):
+        ct = _ct(x)
+        y = x.astype(ct, copy=False)
+        for i in range(nd):
+            y = _apply_axis(y, _adaptive_matrix(x.shape[2 + i], output_size[i]).astype(ct),
+                            2 + i)
+        return np.ascontiguousarray(y).astype(x.dtype, copy=False)
+    return adaptive_avg_pool
+
+
+def _adaptive_backward_np(nd):
+    def adaptive_avg_pool_backward(g, input_size):
+        ct = _ct(g)
+        y = g.astype(ct, copy=False)
+        for i in range(nd):
+            m = _adaptive_matrix(input_size[i], g.shape[2 + i]).astype(ct)
+            y = _apply_axis(y, m.T, 2 + i)
+        return np.ascontiguousarray(y).astype(g.dtype, copy=False)
+    return adaptive_avg_pool_backward
+
+
+def _declare_adaptive(nd):
+    name, bname = f"adaptive_avg_pool{nd}d", f"adaptive_avg_pool{nd}d_backward"
+    ops = {}
+
+    def infer(x, output_size):
+        _check_input(name, x, nd)
+        if any(s_ == 0 for s_ in x._shape[2:]):
+            raise ShapeError(f"{name}: input {x._shape} has an empty spatial dim; sizes must "
+                             f"be >= 1")
+        return (x._shape[:2] + tuple(output_size), x._dtype)
+
+    def infer_bwd(g, input_size):
+        _check_input(bname, g, nd, "output gradient")
+        return (g._shape[:2] + tuple(input_size), g._dtype)
+
+    def vjp(g, i, o, output_size):
+        return (_run(ops["b"], (g,), input_size=i[0]._shape[2:]),)
+
+    def vjp_bwd(gg, i, o, input_size):
+        return (_run(ops["a"], (gg,), output_size=i[0]._shape[2:]),)
+
+    ops["a"] = declare(name, "pool", nin=1, attrs=("output_size",), infer=infer,
+                       numpy=_adaptive_np(nd), vjp=vjp,
+                       doc=f"{nd}-d adaptive average pooling to a fixed output size")
+    ops["b"] = declare(bname, "pool", nin=1, attrs=("input_size",), infer=infer_bwd,
+                       numpy=_adaptive_backward_np(nd), vjp=vjp_bwd,
+                       doc=f"the input gradient of {name}")
+    return ops["a"], ops["b"]
+
+
+ADAPTIVE_AVG_POOL1D, ADAPTIVE_AVG_POOL1D_BACKWARD = _declare_adaptive(1)
+ADAPTIVE_AVG_POOL2D, ADAPTIVE_AVG_POOL2D_BACKWARD = _declare_adaptive(2)
+
+
+# -- interpolation --------------------------------------------------------------------------
+@functools.lru_cache(maxsize=512)
+def _interp_plan(n, o, scale, mode, align_corners):
+    """Source positions along one dim, PyTorch's formulas: ``nearest`` -> (index,),
+    ``linear`` -> (i0, i1, weight of i1). ``scale`` is the user's scale factor (positions
+    step by 1/scale) or None (then by n/o)."""
+    dst = np.arange(o)
+    if mode == "nearest":
+        if o == n:
+            idx = dst
+        else:  # PyTorch computes this scale in f32; so do we, for identical indices
+            sc = np.float32(1.0 / scale) if scale else np.float32(n) / np.float32(o)
+            idx = np.minimum(np.floor(dst.astype(np.float32) * sc).astype(np.int64), n - 1)
+        idx = idx.astype(np.int64)
+        idx.flags.writeable = False
+        return (idx,)
+    if align_corners:
+        sc = (n - 1) / (o - 1) if o > 1 else 0.0
+        src = dst * sc
+    else:
+        sc = 1.0 / scale if scale else n / o
+        src = np.maximum((dst + 0.5) * sc - 0.5, 0.0)
+    i0 = np.minimum(src.astype(np.int64), n - 1)
+    lam = np.clip(src - i0, 0.0, 1.0)
+    i1 = np.where(i0 < n - 1, i0 + 1, i0)
+    for a in (i0, lam, i1):
+        a.flags.writeable = False
+    return (i0, i1, lam)
+
+
+def _index_add(g, axis, idx, n):
+    """The adjoint of ``take(idx, axis)`` for a non-decreasing ``idx``: segment sums."""
+    shape = list(g.shape)
+    shape[axis] = n
+    out = np.zeros(shape, g.dtype)
+    if idx.size == 0 or g.size == 0:
+        return out
+    starts = np.flatnonzero(np.r_[True, idx[1:] != idx[:-1]])
+    sums = np.add.reduceat(g, starts, axis=axis)
+    out[(slice(None),) * axis + (idx[starts],)] = sums
+    return out
+
+
+def _interp_np(nd):
+    def interpolate(x, size, scales, mode, align_corners):
+        ct = _ct(x)
+        y = x if mode == "nearest" else x.astype(ct, copy=False)
+        for i in range(nd):
+            ax = 2 + i
+            plan = _interp_plan(x.shape[ax], size[i], scales[i] if scales else None, mode,
+                                align_corners)
+            if mode == "nearest":
+                y = y.take(plan[0], axis=ax)
+            else:
+                i0, i1, lam = plan
+                lam = _along(lam.astype(ct), ax, y.ndim)
+                y = y.take(i0, axis=ax) * (1 - lam) + y.take(i1, axis=ax) * lam
+        return y.astype(x.dtype, copy=False)
+    return interpolate
+
+
+def _interp_backward_np(nd):
+    def interpolate_backward(g, input_size, scales, mode, align_corners):
+        ct = _ct(g)
+        y = g.astype(ct, copy=False)
+        for i in range(nd - 1, -1, -1):
+            ax = 2 + i
+            n = input_size[i]
+            plan = _interp_plan(n, g.shape[ax], scales[i] if scales else None, mode,
+                                align_corners)
+            if mode == "nearest":
+                y = _index_add(y, ax, plan[0], n)
+            else:
+                i0, i1, lam = plan
+                lam = _along(lam.astype(ct), ax, y.ndim)
+                y = _index_add(y * (1 - lam), ax, i0, n) + _index_add(y * lam, ax, i1, n)
+        return y.astype(g.dtype, copy=False)
+    return interpolate_backward
+
+
+INTERP_MODES = ("nearest", "linear")
+
+
+def _interp_checks(op, x, size, scales, mode):
+    if len(x._shape) not in (3, 4):
+        raise ShapeError(f"{op}: expects a 3-d [N, C, L] or 4-d [N, C, H, W] input, got shape "
+                         f"{x._shape}")
+    if x._dtype.kind != "float":
+        require_kind(op, x._dtype, "float")
+    if mode not in INTERP_MODES:
+        raise ValueError(f"{op}: mode must be one of {INTERP_MODES}, got {mode!r}")
+    if len(size) != len(x._shape) - 2:
+        raise ShapeError(f"{op}: size {size} must give one size per spatial dim of "
+                         f"{x._shape}")
+    if scales is not None and len(scales) != len(size):
+        raise ShapeError(f"{op}: scales {scales} must give one scale per spatial dim")
+
+
+def _interp_infer(x, size, scales, mode, align_corners):
+    _interp_checks("interpolate", x, size, scales, mode)
+    if any(s_ < 1 for s_ in size):
+        raise ShapeError(f"interpolate: output size {size} must be >= 1 in every dim")
+    if any(s_ < 1 for s_ in x._shape[2:]):
+        raise ShapeError(f"interpolate: input {x._shape} has an empty spatial dim")
+    return (x._shape[:2] + tuple(size), x._dtype)
+
+
+def _interp_backward_infer(g, input_size, scales, mode, align_corners):
+    _interp_checks("interpolate_backward", g, input_size, scales, mode)
+    return (g._shape[:2] + tuple(input_size), g._dtype)
+
+
+def _interp_vjp(g, i, o, size, scales, mode, align_corners):
+    return (_run(INTERPOLATE_BACKWARD, (g,), input_size=i[0]._shape[2:], scales=scales,
+                 mode=mode, align_corners=align_corners),)
+
+
+def _interp_backward_vjp(gg, i, o, input_size, scales, mode, align_corners):
+    return (_run(INTERPOLATE, (gg,), size=i[0]._shape[2:], scales=scales, mode=mode,
+                 align_corners=align_corners),)
+
+
+_INTERP_NP = {1: _interp_np(1), 2: _interp_np(2)}
+_INTERP_BWD_NP = {1: _interp_backward_np(1), 2: _interp_backward_np(2)}
+
+INTERPOLATE = declare(
+    "interpolate", "pool", nin=1, attrs=("size", "scales", "mode", "align_corners"),
+    infer=_interp_infer,
+    numpy=lambda x, size, **a: _INTERP_NP[len(size)](x, size, **a),
+    vjp=_interp_vjp,
+    doc="resize [N, C, L] or [N, C, H, W] to ``size`` (nearest, or (bi)linear); ``scales`` "
+        "holds the user's scale factor per dim (PyTorch's index formulas) or None")
+INTERPOLATE_BACKWARD = declare(
+    "interpolate_backward", "pool", nin=1, attrs=("input_size", "scales", "mode",
+                                                  "align_corners"),
+    infer=_interp_backward_infer,
+    numpy=lambda g, input_size, **a: _INTERP_BWD_NP[len(input_size)](g, input_size, **a),
+    vjp=_interp_backward_vjp,
+    doc="the input gradient of interpolate")
+
+
+# -- embedding ------------------------------------------------------------------------------
+def _check_indices(op, indices, n):
+    if indices.size:
+        lo, hi = indices.min(), indices.max()
+        if lo < 0 or hi >= n:
+            bad = lo if lo < 0 else hi
+            raise IndexError_(f"{op}: index {int(bad)} is out of range for {n} embeddings; "
+                              f"valid: 0..{n - 1}")
+
+
+def _embedding_np(weight, indices):
+    _check_indices("embedding", indices, weight.shape[0])
+    return weight.take(indices, axis=0)
+
+
+def _embedding_backward_np(g, indices, num_weights):
+    _check_indices("embedding_backward", indices, num_weights)
+    d = g.shape[-1]
+    ct = _ct(g)
+    idx = indices.reshape(-1)
+    rows = g.reshape(-1, d).astype(ct, copy=False)
+    order = np.argsort(idx, kind="stable")
+    out = _index_add(rows[order], 0, idx[order], num_weights)
+    return out.astype(g.dtype, copy=False)
+
+
+def _embedding_infer(weight, indices):
+    if len(weight._shape) != 2:
+        raise ShapeError(f"embedding: weight must be 2-d [num_embeddings, dim], got shape "
+                         f"{weight._shape}")
+    if weight._dtype.kind != "float":
+        require_kind("embedding", weight._dtype, "float", "weight")
+    if indices._dtype.kind != "int":
+        require_kind("embedding", indices._dtype, "int", "indices")
+    return (indices._shape + weight._shape[1:], weight._dtype)
+
+
+def _embedding_backward_infer(g, indices, num_weights):
+    if g._dtype.kind != "float":
+        require_kind("embedding_backward", g._dtype, "float", "output gradient")
+    if indices._dtype.kind != "int":
+        require_kind("embedding_backward", indices._dtype, "int", "indices")
+    if g._shape[:-1] != indices._shape or not g._shape:
+        raise ShapeError(f"embedding_backward: output gradient {g._shape} must be the indices' "
+                         f"shape {indices._shape} plus the embedding dim")
+    return ((num_weights, g._shape[-1]), g._dtype)
+
+
+EMBEDDING = declare(
+    "embedding", "index", nin=2, infer=_embedding_infer, numpy=_embedding_np,
+    vjp=lambda g, i, o: (_run(EMBEDDING_BACKWARD, (g, i[1]), num_weights=i[0]._shape[0]),
+                         None),
+    doc="rows of weight [V, D] at int indices of any shape -> [*indices, D]")
+EMBEDDING_BACKWARD = declare(
+    "embedding_backward", "index", nin=2, attrs=("num_weights",),
+    infer=_embedding_backward_infer, numpy=_embedding_backward_np,
+    vjp=lambda gg, i, o, num_weights: (_run(EMBEDDING, (gg, i[1])), None),
+    doc="the weight gradient of embedding: rows of g summed into [num_weights, D]")

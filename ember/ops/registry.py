@@ -15,7 +15,9 @@ A declaration (`Op`) carries:
 * ``promote``: for binary ops, how inputs are promoted before the op runs (``"same"``:
   the common dtype, ``"float"``: the common dtype, then at least the default float);
 * ``nout``: the number of outputs; only the first output of a multi-output op is
-  differentiable (indices are not).
+  differentiable (indices are not);
+* ``vjp_needs``: the rule takes a ``needs`` keyword, one bool per input saying whether that
+  input's gradient is wanted, so expensive ops (matmul, conv) skip the ones that are not.
 
 Backends implement ops by name or fall back to ``numpy``; decorators forward them; tests
 iterate over ``OPS``.
@@ -29,9 +31,10 @@ OPS: dict[str, "Op"] = {}
 
 class Op:
     __slots__ = ("name", "category", "nin", "attrs", "infer", "numpy", "vjp", "expr",
-                 "promote", "nout", "doc", "__weakref__")
+                 "promote", "nout", "doc", "vjp_needs", "__weakref__")
 
-    def __init__(self, name, category, nin, attrs, infer, numpy, vjp, expr, promote, nout, doc):
+    def __init__(self, name, category, nin, attrs, infer, numpy, vjp, expr, promote, nout, doc,
+                 vjp_needs=False):
         self.name = name
         self.category = category
         self.nin = nin
@@ -43,6 +46,7 @@ class Op:
         self.promote = promote
         self.nout = nout
         self.doc = doc
+        self.vjp_needs = vjp_needs
 
     @property
     def differentiable(self) -> bool:
@@ -62,13 +66,14 @@ CATEGORIES = {"unary", "binary", "reduce", "view", "index", "matmul", "conv", "p
 
 def declare(name: str, category: str, *, nin: int, infer: Callable, numpy: Callable,
             vjp: Callable | None = None, attrs: tuple = (), expr=None, promote: str | None = None,
-            nout: int = 1, doc: str = "") -> Op:
+            nout: int = 1, doc: str = "", vjp_needs: bool = False) -> Op:
     """Declare a primitive op. Each name is declared exactly once."""
     if name in OPS:
         raise RuntimeError(f"op {name!r} is declared twice")
     if category not in CATEGORIES:
         raise RuntimeError(f"op {name!r}: unknown category {category!r}")
-    op = Op(name, category, nin, tuple(attrs), infer, numpy, vjp, expr, promote, nout, doc)
+    op = Op(name, category, nin, tuple(attrs), infer, numpy, vjp, expr, promote, nout, doc,
+            vjp_needs)
     OPS[name] = op
     return op
 

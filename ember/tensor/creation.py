@@ -11,6 +11,10 @@ from .device import as_device
 from .dispatch import create, wrap
 from .distribution import Default, Distribution
 
+__all__ = ["tensor", "from_numpy", "full", "zeros", "ones", "empty", "zeros_like", "ones_like",
+           "full_like", "empty_like", "arange", "linspace", "eye", "random", "random_like",
+           "seed"]
+
 
 def _shape_arg(op, shape):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
@@ -36,6 +40,8 @@ def tensor(data, dtype=None, device=None):
         return out.cast(dtype) if dtype is not None else out
     if isinstance(data, TensorData):
         arr = data.to_numpy()
+        if dtype is None:
+            dtype = data.dtype  # TensorData carries its dtype
     else:
         arr = _to_numpy(data)
     if dtype is not None:
@@ -84,11 +90,23 @@ def _default_dtype(data, arr):
 def full(shape, value, dtype=None, device=None):
     """A tensor of ``shape`` filled with ``value``."""
     shape = check_shape("full", shape)
+    if not isinstance(value, (int, float, np.integer, np.floating, np.bool_)):
+        raise DTypeError(f"full: value must be a real number, got {type(value).__name__} "
+                         f"{value!r}")
     d = dt.as_dtype(dtype) if dtype is not None else dt.scalar_dtype(value)
-    if d.kind == "int" and isinstance(value, float) and not float(value).is_integer():
+    if d.kind == "int" and isinstance(value, (float, np.floating)) and \
+            not float(value).is_integer():
         raise DTypeError(f"full: value {value} is not an integer but dtype is {d.short}")
-    value = float(value) if d.kind == "float" else (bool(value) if d.kind == "bool"
-                                                     else int(value))
+    if d.kind == "float":
+        value = float(value)
+    elif d.kind == "bool":
+        value = bool(value)
+    else:
+        value = int(value)
+        info = np.iinfo(d.np)
+        if not info.min <= value <= info.max:
+            raise DTypeError(f"full: value {value} does not fit in {d.short} "
+                             f"({info.min}..{info.max})")
     return create(C.FULL, as_device(device), {"shape": shape, "value": value, "dtype": d})
 
 
@@ -121,6 +139,57 @@ def empty_like(x, dtype=None):
     return zeros_like(x, dtype)
 
 
+# -- ranges ---------------------------------------------------------------------------------
+def _number(op, name, v):
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise DTypeError(f"{op}: {name} must be an int or a float, got {type(v).__name__} "
+                         f"{v!r}")
+    return int(v) if isinstance(v, (int, np.integer)) else float(v)
+
+
+def arange(start, stop=None, step=1, dtype=None, device=None):
+    """``start, start + step, ...`` strictly before ``stop`` (``arange(n)`` is ``0..n-1``).
+    The dtype is i64 when every argument is an int, else the default float (f32)."""
+    if stop is None:
+        start, stop = 0, start
+    start = _number("arange", "start", start)
+    stop = _number("arange", "stop", stop)
+    step = _number("arange", "step", step)
+    all_int = type(start) is int and type(stop) is int and type(step) is int
+    if dtype is None:
+        d = dt.DEFAULT_INT if all_int else dt.DEFAULT_FLOAT
+    else:
+        d = dt.as_dtype(dtype)
+    if not (all_int and d.kind == "int"):
+        start, stop, step = float(start), float(stop), float(step)
+    return create(C.ARANGE, as_device(device),
+                  {"start": start, "stop": stop, "step": step, "dtype": d})
+
+
+def linspace(start, end, steps: int, dtype=None, device=None):
+    """``steps`` evenly spaced values from ``start`` to ``end``, both included (f32 by
+    default; int dtypes truncate toward zero)."""
+    start = float(_number("linspace", "start", start))
+    end = float(_number("linspace", "end", end))
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)):
+        raise DTypeError(f"linspace: steps must be an int, got {type(steps).__name__}")
+    d = dt.as_dtype(dtype) if dtype is not None else dt.DEFAULT_FLOAT
+    return create(C.LINSPACE, as_device(device),
+                  {"start": start, "end": end, "steps": int(steps), "dtype": d})
+
+
+def eye(n: int, m: int | None = None, dtype=None, device=None):
+    """An ``n x m`` (``n x n`` by default) matrix with ones on the main diagonal."""
+    for name, v in (("n", n), ("m", m)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
+            raise DTypeError(f"eye: {name} must be an int, got {type(v).__name__} {v!r}")
+    n = int(n)
+    m = n if m is None else int(m)
+    d = dt.as_dtype(dtype) if dtype is not None else dt.DEFAULT_FLOAT
+    return create(C.EYE, as_device(device), {"n": n, "m": m, "dtype": d})
+
+
+# -- random ---------------------------------------------------------------------------------
 def random(shape, distribution: Distribution | None = None, dtype=None, device=None):
     """Samples of ``distribution`` (Default: uniform [0, 1)) from the device's stream, which
     ``device.seed(n)`` or ``em.seed(n)`` makes reproducible."""
@@ -138,11 +207,29 @@ def random_like(x, distribution=None, dtype=None):
 
 
 def seed(value: int, device=None) -> None:
-    """Reseed one device's stream, or with no device every device ember has made."""
+    """Reseed one device's random stream, or with no device every device of every base
+    backend, including devices created later (the same seed gives the same tensors)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise DTypeError(f"seed: expects an int, got {type(value).__name__} {value!r}")
+    value = int(value) & 0xFFFF_FFFF_FFFF_FFFF  # negative seeds are allowed, as in torch
     if device is not None:
         as_device(device).seed(value)
         return
-    from ..backend.ndarray import NdArray
-    nd = NdArray()
-    for dev in list(nd._devices.values()) or [nd.device(0)]:
-        dev.seed(value)
+    from ..backend import base
+    base.GLOBAL_SEED = value
+    for backend in _base_backends(base.Backend):
+        for dev in list(backend._devices.values()):
+            dev.seed(value)
+
+
+def _base_backends(cls):
+    """Every interned instance of a base (non-decorator) backend."""
+    out = []
+    stack = [cls]
+    while stack:
+        c = stack.pop()
+        stack.extend(c.__subclasses__())
+        for b in list(c.__dict__.get("_instances", {}).values()):
+            if b.inner is None and b not in out:
+                out.append(b)
+    return out

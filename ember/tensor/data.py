@@ -24,14 +24,30 @@ class TensorData:
                                  f"{d.short} ({n} bytes)")
             self.bytes, self.shape, self.dtype = bytes(data), shape, d
             return
-        arr = np.asarray(data) if dtype is None else np.asarray(data, dtype=dt.as_dtype(dtype).np)
+        if hasattr(data, "to_data") and not isinstance(data, np.ndarray):
+            data = data.to_data().to_numpy()      # an ember Tensor
+        elif isinstance(data, TensorData):
+            data = data.to_numpy()
+        try:
+            arr = np.asarray(data) if dtype is None else \
+                np.asarray(data, dtype=dt.as_dtype(dtype).np)
+        except ValueError as e:
+            raise ShapeError(f"TensorData: nested sequences of uneven lengths ({e})") from None
+        except OverflowError as e:
+            raise DTypeError(f"TensorData: {e}; valid: values within {dtype}'s range") from None
         if arr.dtype == object:
-            raise DTypeError("TensorData: data must be numbers")
-        if dtype is None and not isinstance(data, np.ndarray):
+            raise DTypeError("TensorData: data must be numbers of one nesting depth")
+        if not arr.dtype.isnative:
+            arr = arr.astype(arr.dtype.newbyteorder("="))
+        if dtype is None and not isinstance(data, (np.ndarray, np.generic)):
+            # Python numbers: floats are f32, ints i64, as in em.tensor
             arr = arr.astype({"f": np.float32, "i": np.int64, "u": np.int64,
                               "b": np.bool_}.get(arr.dtype.kind, arr.dtype))
         if shape is not None:
-            arr = arr.reshape(tuple(shape))
+            shape = tuple(int(s) for s in shape)
+            if int(np.prod(shape, dtype=np.int64)) != arr.size:
+                raise ShapeError(f"TensorData: {arr.size} values do not fill shape {shape}")
+            arr = arr.reshape(shape)
         self.dtype = dt.from_numpy(arr.dtype)
         self.shape = tuple(arr.shape)
         self.bytes = np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<")).tobytes()
@@ -70,10 +86,16 @@ class TensorData:
         if strict_dtype and self.dtype is not other.dtype:
             raise AssertionError(f"dtypes differ: {self.dtype.short} vs {other.dtype.short}")
         a, b = self.to_numpy(), other.to_numpy()
-        if not np.array_equal(a, b, equal_nan=a.dtype.kind == "f"):
-            bad = np.argwhere(a != b)
-            raise AssertionError(f"values differ at {len(bad)} positions, first {tuple(bad[0])}"
-                                 f": {a[tuple(bad[0])]} vs {b[tuple(bad[0])]}")
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        if a.dtype.kind in "iub" and b.dtype.kind in "iub":
+            a64, b64 = a.astype(np.int64), b.astype(np.int64)   # exact for every int dtype
+        same = (a64 == b64) | (np.isnan(a64) & np.isnan(b64)) if a64.dtype.kind == "f" \
+            else a64 == b64
+        if not same.all():
+            bad = np.argwhere(~same)
+            first = tuple(int(i) for i in bad[0])
+            raise AssertionError(f"values differ at {len(bad)} of {a.size} positions, first "
+                                 f"at {first}: {a[first]!r} vs {b[first]!r}")
 
     def assert_approx_eq(self, other, tol: float = 1e-5, *, rtol: float | None = None):
         """Values equal within ``tol`` absolute plus ``rtol`` relative (default ``tol``)."""

@@ -109,7 +109,7 @@ def binary(op, a, b):
         common = dt.DEFAULT_FLOAT
     if common is not d:
         t = t.cast(common)
-    s = _py_scalar(s, common)
+    s = _py_scalar(s, common, op.name)
     if ta:
         a, b = t, s
     else:
@@ -120,11 +120,23 @@ def binary(op, a, b):
     return wrap(out, dev, meta[0], meta[1])
 
 
-def _py_scalar(s, dtype):
-    """The scalar as the Python type of ``dtype``'s kind (what backends and fusion take)."""
+# (min, max) of each int dtype, for refusing scalars that do not fit.
+INT_RANGE = {d: ((-(1 << (8 * d.itemsize - 1)), (1 << (8 * d.itemsize - 1)) - 1) if d.signed
+                 else (0, (1 << (8 * d.itemsize)) - 1)) for d in dt.INTS}
+
+
+def _py_scalar(s, dtype, op="op"):
+    """The scalar as the Python type of ``dtype``'s kind (what backends and fusion take);
+    an int that ``dtype`` cannot hold is a DTypeError (NumPy would raise OverflowError)."""
     k = dtype.kind
     if k == "float":
         return float(s)
     if k == "int":
-        return int(s)
+        v = int(s)
+        lo, hi = INT_RANGE[dtype]
+        if v < lo or v > hi:
+            raise DTypeError(f"{op}: the scalar {v} does not fit the tensor's dtype "
+                             f"{dtype.short} (range {lo}..{hi}); cast the tensor to a wider "
+                             f"dtype first, e.g. x.cast(em.int64)")
+        return v
     return bool(s)

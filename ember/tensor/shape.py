@@ -1,6 +1,8 @@
 """`Shape`: a tuple of dim sizes with a few conveniences."""
 from __future__ import annotations
 
+import operator
+
 
 class Shape(tuple):
     """The dims of a tensor. Compares equal to a plain tuple."""
@@ -8,9 +10,9 @@ class Shape(tuple):
     __slots__ = ()
 
     def __new__(cls, *dims):
-        if len(dims) == 1 and not isinstance(dims[0], int):
+        if len(dims) == 1 and not hasattr(dims[0], "__index__"):
             dims = dims[0]
-        return super().__new__(cls, (int(d) for d in dims))
+        return super().__new__(cls, (operator.index(d) for d in dims))
 
     @property
     def dims(self) -> tuple:

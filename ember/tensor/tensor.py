@@ -29,6 +29,37 @@ class Tensor(ElementwiseMethods, ReduceMethods, ShapeMethods, IndexingMethods, L
         t = _tensor(data, dtype=dtype, device=device)
         self._prim, self._device, self._shape, self._dtype = t._prim, t._device, t._shape, t._dtype
 
+    # -- constructors (Burn spells them as associated functions) ---------------------------
+    @staticmethod
+    def random(shape, distribution=None, dtype=None, device=None) -> "Tensor":
+        from .creation import random
+        return random(shape, distribution, dtype=dtype, device=device)
+
+    @staticmethod
+    def zeros(shape, dtype=None, device=None) -> "Tensor":
+        from .creation import zeros
+        return zeros(shape, dtype=dtype, device=device)
+
+    @staticmethod
+    def ones(shape, dtype=None, device=None) -> "Tensor":
+        from .creation import ones
+        return ones(shape, dtype=dtype, device=device)
+
+    @staticmethod
+    def full(shape, value, dtype=None, device=None) -> "Tensor":
+        from .creation import full
+        return full(shape, value, dtype=dtype, device=device)
+
+    @staticmethod
+    def from_data(data, dtype=None, device=None) -> "Tensor":
+        from .creation import tensor
+        return tensor(data, dtype=dtype, device=device)
+
+    @staticmethod
+    def from_numpy(array, device=None) -> "Tensor":
+        from .creation import from_numpy
+        return from_numpy(array, device=device)
+
     # -- metadata -------------------------------------------------------------------------
     @property
     def shape(self) -> Shape:
@@ -72,9 +103,12 @@ class Tensor(ElementwiseMethods, ReduceMethods, ShapeMethods, IndexingMethods, L
 
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()
-        if dtype is not None:
-            a = a.astype(dtype)
-        return a
+        if dtype is not None and a.dtype != np.dtype(dtype):
+            if copy is False:
+                raise ValueError(f"__array__: converting {self._dtype.short} to {dtype} "
+                                 f"needs a copy, but copy=False")
+            return a.astype(dtype)
+        return a.copy() if copy else a
 
     def to_data(self):
         from .data import TensorData
@@ -169,11 +203,18 @@ class Tensor(ElementwiseMethods, ReduceMethods, ShapeMethods, IndexingMethods, L
         return self._device.backend.native(self._prim)
 
     def __dlpack__(self, *args, **kwargs):
-        src = self._device.backend.dlpack_source(self._prim)
-        return src.__dlpack__(*args, **kwargs)
+        from .interop import to_dlpack
+        return to_dlpack(self, *args, **kwargs)
 
     def __dlpack_device__(self):
-        return self._device.backend.dlpack_source(self._prim).__dlpack_device__()
+        from .interop import dlpack_device
+        return dlpack_device(self)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        # NumPy scalars combine with tensors like Python scalars (np.float64(2) * t is a
+        # tensor of t's dtype); see ember/tensor/interop.py
+        from .interop import array_ufunc
+        return array_ufunc(self, ufunc, method, inputs, kwargs)
 
     # -- autodiff -------------------------------------------------------------------------
     def require_grad(self) -> "Tensor":
@@ -242,20 +283,24 @@ class Tensor(ElementwiseMethods, ReduceMethods, ShapeMethods, IndexingMethods, L
         return self.__repr__()
 
     def __reduce__(self):
-        from .creation import tensor as _tensor
+        # values, dtype and device; a leaf that requires grad comes back as one (a new leaf)
+        if self.id() is not None:
+            return (_rebuild, (self.numpy(), self._dtype.name, self._device, True))
         return (_rebuild, (self.numpy(), self._dtype.name, self._device))
 
     def __copy__(self):
-        return self
+        # A new Tensor object sharing the primitive: `x[...] = v` rebinds only the object
+        # it is applied to, so copies must be distinct objects (the storage is immutable).
+        return dispatch.wrap(self._prim, self._device, self._shape, self._dtype)
 
     def __deepcopy__(self, memo):
-        # Tensors are immutable values: a deep copy may share storage.
-        return self
+        return dispatch.wrap(self._prim, self._device, self._shape, self._dtype)
 
 
-def _rebuild(array, dtype_name, device):
+def _rebuild(array, dtype_name, device, require_grad=False):
     from .creation import tensor as _tensor
-    return _tensor(array, dtype=dt.from_name(dtype_name), device=device)
+    t = _tensor(array, dtype=dt.from_name(dtype_name), device=device)
+    return t.require_grad() if require_grad else t
 
 
 dispatch.Tensor = Tensor

@@ -1,25 +1,15 @@
-"""Autodiff(inner): runs ops on ``inner`` and records, for tracked inputs, a graph node."""
+"""Autodiff(inner): runs ops on ``inner`` and records, for tracked inputs, a graph node.
+
+The hot path (`Autodiff.execute`) does the least it can per op: unwrap the inputs, run the
+inner op, and only when an input is tracked, the op is differentiable, the output is a float
+and grad mode is on, build one `Node` that keeps the input primitives tuple as it came.
+"""
 from __future__ import annotations
 
 from ...errors import AutodiffError
 from ..base import Backend
-from . import grad_mode
-from .graph import LeafNode, Node
-
-
-class ADPrim:
-    """An autodiff primitive: the inner backend's primitive, its graph node (None when not
-    tracked) and its meta (shape, dtype), which derivative rules need."""
-
-    __slots__ = ("inner", "node", "meta")
-
-    def __init__(self, inner, node, meta):
-        self.inner = inner
-        self.node = node
-        self.meta = meta
-
-
-_state = grad_mode._state
+from .grad_mode import ACTIVE as _ACTIVE, _state
+from .graph import ADPrim, LeafNode, Node
 
 
 class Autodiff(Backend):
@@ -40,28 +30,49 @@ class Autodiff(Backend):
         return self.describe()
 
     def execute(self, op, prims, attrs, meta, device):
-        inner_prims = tuple(p.inner if type(p) is ADPrim else p for p in prims)
-        out = self.inner.execute(op, inner_prims, attrs, meta, device.inner)
-        tracked = False
-        if op.vjp is not None and getattr(_state, "enabled", True):
+        dev = device.inner
+        n = len(prims)
+        if n == 2:
+            a, b = prims
+            if type(a) is ADPrim:
+                if type(b) is ADPrim:
+                    out = dev._execute(op, (a.inner, b.inner), attrs, meta, dev)
+                    track = a.node is not None or b.node is not None
+                else:
+                    out = dev._execute(op, (a.inner, b), attrs, meta, dev)
+                    track = a.node is not None
+            elif type(b) is ADPrim:
+                out = dev._execute(op, (a, b.inner), attrs, meta, dev)
+                track = b.node is not None
+            else:
+                out = dev._execute(op, prims, attrs, meta, dev)
+                track = False
+        elif n == 1 and type(prims[0]) is ADPrim:
+            a = prims[0]
+            out = dev._execute(op, (a.inner,), attrs, meta, dev)
+            track = a.node is not None
+        else:
+            track = False
+            inner = []
             for p in prims:
-                if type(p) is ADPrim and p.node is not None:
-                    tracked = True
-                    break
+                if type(p) is ADPrim:
+                    inner.append(p.inner)
+                    if p.node is not None:
+                        track = True
+                else:
+                    inner.append(p)
+            out = dev._execute(op, tuple(inner), attrs, meta, dev)
         if op.nout == 1:
-            if not tracked:
-                return ADPrim(out, None, meta)
-            node = Node(op, tuple(p.node if type(p) is ADPrim else None for p in prims),
-                        inner_prims, tuple(p.meta if type(p) is ADPrim else None for p in prims),
-                        out, meta, attrs)
-            return ADPrim(out, node, meta)
+            if track and op.vjp is not None and meta[1].is_float and \
+                    (_ACTIVE[0] == 0 or getattr(_state, "enabled", True)):
+                return ADPrim(out, Node(op, prims, out, meta, attrs), meta)
+            return ADPrim(out, None, meta)
         node = None
-        if tracked:
-            node = Node(op, tuple(p.node if type(p) is ADPrim else None for p in prims),
-                        inner_prims, tuple(p.meta if type(p) is ADPrim else None for p in prims),
-                        out, meta, attrs)
-        return tuple(ADPrim(o, node if i == 0 else None, m)
-                     for i, (o, m) in enumerate(zip(out, meta)))
+        if track and op.vjp is not None and meta[0][1].is_float and \
+                (_ACTIVE[0] == 0 or getattr(_state, "enabled", True)):
+            node = Node(op, prims, out, meta, attrs)
+        return (ADPrim(out[0], node, meta[0]),) + tuple(
+            ADPrim(o, None, m) for o, m in zip(out[1:], meta[1:]))
 
     # -- data -----------------------------------------------------------------------------
     def from_numpy(self, array, device):
@@ -70,6 +81,7 @@ class Autodiff(Backend):
         return ADPrim(prim, None, (tuple(array.shape), from_numpy(array.dtype)))
 
     def wrap_inner(self, prim, meta):
+        """An untracked autodiff primitive around an inner one."""
         return ADPrim(prim, None, meta)
 
     def to_numpy(self, prim):
@@ -82,7 +94,9 @@ class Autodiff(Backend):
         return self.inner.dlpack_source(prim.inner)
 
     def from_dlpack(self, obj, device):
-        raise NotImplementedError  # handled by wrapping the inner result (see tensor.interop)
+        prim = self.inner.from_dlpack(obj, device.inner)
+        from ...dtype import from_numpy
+        return ADPrim(prim, None, (tuple(prim.shape), from_numpy(prim.dtype)))
 
     def seed(self, device, seed):
         self.inner.seed(device.inner, seed)
@@ -95,8 +109,9 @@ class Autodiff(Backend):
         if prim.node is not None and prim.node.is_leaf:
             return prim
         if not meta[1].is_float:
-            raise AutodiffError(f"require_grad: only float tensors can require grad, "
-                                f"got {meta[1].short}")
+            raise AutodiffError(f"require_grad: only float tensors can require grad, got a "
+                                f"tensor of shape {meta[0]} and dtype {meta[1].short}; "
+                                f"cast it first (e.g. x.float())")
         return ADPrim(prim.inner, LeafNode(meta), meta)
 
     def detach(self, prim):

@@ -1,73 +1,131 @@
 """The backward pass: walks a graph in reverse topological order, calling each op's
-derivative rule from the registry, and returns the leaves' gradients."""
+derivative rule from the registry, and returns the leaves' gradients.
+
+Gradients are ember tensors on the *inner* device (plain NdArray under Autodiff(NdArray)):
+the backward pass itself records nothing. A gradient a rule returns in a broadcast shape is
+summed back to its input's shape and cast to its dtype; gradients of an input used several
+times add up. Every node visited is released, so the graph can only be walked once.
+"""
 from __future__ import annotations
 
 from ...errors import AutodiffError
 from .gradients import Gradients
+from .graph import ADPrim
+
+_FREED = ("backward: the graph behind this tensor was already freed by an earlier "
+          "backward() ({what}); gradients flow through a graph once. Run the forward pass "
+          "again to build a new graph")
 
 
 def _toposort(root):
-    """Nodes reachable from ``root``, parents before children."""
-    order, seen = [], set()
-    stack = [(root, False)]
+    """Interior nodes reachable from ``root``, each after all of its parents; leaves are
+    returned separately (their gradients are the result)."""
+    order, seen = [], {id(root)}
+    if root.prims is None:
+        raise AutodiffError(_FREED.format(what=f"the root is the output of {root.op.name}"))
+    stack = [(root, iter(root.prims))]
     while stack:
-        node, done = stack.pop()
-        if done:
+        node, it = stack[-1]
+        for p in it:
+            if type(p) is not ADPrim:
+                continue
+            parent = p.node
+            if parent is None or parent.is_leaf or id(parent) in seen:
+                continue
+            if parent.prims is None:
+                raise AutodiffError(_FREED.format(
+                    what=f"an input of {node.op.name} is the output of {parent.op.name}"))
+            seen.add(id(parent))
+            stack.append((parent, iter(parent.prims)))
+            break
+        else:
+            stack.pop()
             order.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if node.freed:
-            raise AutodiffError(
-                "backward: the graph was already freed by an earlier backward(); run the "
-                "forward pass again to build a new graph")
-        stack.append((node, True))
-        if not node.is_leaf:
-            for p in node.parents:
-                if p is not None and id(p) not in seen:
-                    stack.append((p, False))
     return order
 
 
-def backward(root_prim, meta, device) -> Gradients:
-    from ...tensor.dispatch import wrap
-    from ...tensor.functional import ones, sum_to_shape
+def _fit(op, g, shape, sum_to_shape):
+    """``g`` summed back to ``shape`` when ``shape`` broadcasts to it (and broadcast up when a
+    rule returned a smaller gradient); anything else is a bug in ``op``'s derivative."""
+    gs = g._shape
+    n = max(len(gs), len(shape))
+    a = (1,) * (n - len(gs)) + tuple(gs)
+    b = (1,) * (n - len(shape)) + tuple(shape)
+    if any(x != y and x != 1 and y != 1 for x, y in zip(a, b)):
+        raise AutodiffError(f"backward: the derivative of {op.name} gave a gradient of shape "
+                            f"{gs} for an input of shape {shape}; they must broadcast")
+    if len(gs) < len(shape) or any(x == 1 and y != 1 for x, y in zip(a, b)):
+        g = g.expand(tuple(max(x, y) for x, y in zip(a, b)))
+    return sum_to_shape(g, shape)
 
+
+_api = None
+
+
+def _tensor_api():
+    """(wrap, ones, sum_to_shape) from the Tensor API, imported once (it sits above us)."""
+    global _api
+    if _api is None:
+        from ...tensor.dispatch import wrap
+        from ...tensor.functional import ones, sum_to_shape
+        _api = (wrap, ones, sum_to_shape)
+    return _api
+
+
+def backward(root_prim, meta, device) -> Gradients:
+    wrap, ones, sum_to_shape = _api or _tensor_api()
     root = root_prim.node
     if root is None:
-        raise AutodiffError(
-            f"backward: the tensor of shape {meta[0]} is not tracked: no input on its path "
-            f"requires grad (call .require_grad() on the parameters)")
+        if not meta[1].is_float:
+            why = (f"its dtype {meta[1].short} is not a float dtype, and only float results "
+                   f"are differentiated")
+        else:
+            why = "no input on its path requires grad (call .require_grad() on the parameters)"
+        raise AutodiffError(f"backward: the tensor of shape {meta[0]} is not tracked: {why}")
     inner = device.inner
+    if root.is_leaf:
+        return Gradients({root.id: ones(meta[0], dtype=meta[1], device=inner)})
     order = _toposort(root)
     grads = {id(root): ones(meta[0], dtype=meta[1], device=inner)}
     result = {}
     for node in reversed(order):
         g = grads.pop(id(node), None)
-        if node.is_leaf:
-            if g is not None:
-                result[node.id] = g
-            continue
+        prims = node.prims
         if g is None:
             node.release()
             continue
         op = node.op
-        ins = tuple(x if m is None else wrap(x, inner, m[0], m[1])
-                    for x, m in zip(node.inputs, node.in_meta))
+        ins = tuple(wrap(p.inner, inner, p.meta[0], p.meta[1]) if type(p) is ADPrim else p
+                    for p in prims)
+        m = node.meta
         if op.nout == 1:
-            out = wrap(node.out, inner, node.out_meta[0], node.out_meta[1])
+            out = wrap(node.out, inner, m[0], m[1])
         else:
-            out = tuple(wrap(o, inner, m[0], m[1]) for o, m in zip(node.out, node.out_meta))
-        in_grads = op.vjp(g, ins, out, **node.attrs)
-        for parent, gi, m in zip(node.parents, in_grads, node.in_meta):
-            if parent is None or gi is None:
-                continue
-            if gi._shape != m[0]:
-                gi = sum_to_shape(gi, m[0])
-            if gi._dtype is not m[1]:
-                gi = gi.cast(m[1])
-            prev = grads.get(id(parent))
-            grads[id(parent)] = gi if prev is None else prev + gi
+            out = tuple(wrap(o, inner, mo[0], mo[1]) for o, mo in zip(node.out, m))
+        if op.vjp_needs:
+            needs = tuple(type(p) is ADPrim and p.node is not None for p in prims)
+            in_grads = op.vjp(g, ins, out, needs=needs, **node.attrs)
+        else:
+            in_grads = op.vjp(g, ins, out, **node.attrs)
+        if len(in_grads) != len(prims):
+            raise AutodiffError(f"backward: the derivative rule of {op.name} returned "
+                                f"{len(in_grads)} gradients for {len(prims)} inputs")
         node.release()
+        for p, gi in zip(prims, in_grads):
+            if gi is None or type(p) is not ADPrim:
+                continue
+            parent = p.node
+            if parent is None:
+                continue
+            shape, dtype = p.meta
+            if gi._shape != shape:
+                gi = _fit(op, gi, shape, sum_to_shape)
+            if gi._dtype is not dtype:
+                gi = gi.cast(dtype)
+            if parent.is_leaf:
+                prev = result.get(parent.id)
+                result[parent.id] = gi if prev is None else prev + gi
+            else:
+                prev = grads.get(id(parent))
+                grads[id(parent)] = gi if prev is None else prev + gi
     return Gradients(result)

@@ -1,8 +1,10 @@
-"""Graph nodes of the Autodiff decorator.
+"""Primitives and graph nodes of the Autodiff decorator.
 
-A node holds what its op's derivative needs (inputs, output, static args) and its parents.
-Backward releases all of it, so a graph lives exactly as long as its tensors, and a second
-backward through a released graph is an error rather than a silent zero.
+A node holds what its op's derivative needs: the op, the input primitives as they were passed
+(`ADPrim`s, which carry the inner primitive, the parent node and the shape/dtype, or Python
+scalars), the output and the static args. Nothing else is copied per op. Backward releases
+all of it, so a graph lives exactly as long as its tensors, and a second backward through a
+released graph is an error rather than a silent zero.
 """
 from __future__ import annotations
 
@@ -12,24 +14,46 @@ import itertools
 _leaf_ids = itertools.count(1)
 
 
+class ADPrim:
+    """An autodiff primitive: the inner backend's primitive, its graph node (None when not
+    tracked) and its meta ``(shape, dtype)``, which derivative rules need."""
+
+    __slots__ = ("inner", "node", "meta")
+
+    def __init__(self, inner, node, meta):
+        self.inner = inner
+        self.node = node
+        self.meta = meta
+
+
 class Node:
-    __slots__ = ("op", "parents", "inputs", "in_meta", "out", "out_meta", "attrs", "freed")
+    """One recorded op. ``prims`` is None once backward has released the node."""
 
-    def __init__(self, op, parents, inputs, in_meta, out, out_meta, attrs):
-        self.op = op
-        self.parents = parents      # one Node or None per input
-        self.inputs = inputs        # inner primitives (or scalars)
-        self.in_meta = in_meta      # (shape, dtype) per input, None for scalars
-        self.out = out              # inner primitive, or a tuple for several outputs
-        self.out_meta = out_meta
-        self.attrs = attrs
-        self.freed = False
-
+    __slots__ = ("op", "prims", "out", "meta", "attrs")
     is_leaf = False
 
+    def __init__(self, op, prims, out, meta, attrs):
+        self.op = op
+        self.prims = prims   # the op's inputs: ADPrim (tensors) or Python scalars
+        self.out = out       # inner primitive, or a tuple of them for several outputs
+        self.meta = meta     # (shape, dtype) of the output, a list of them for several
+        self.attrs = attrs
+
+    @property
+    def freed(self) -> bool:
+        return self.prims is None
+
+    @property
+    def parents(self) -> tuple:
+        """One node (or None, for untracked inputs and scalars) per input."""
+        return tuple(p.node if type(p) is ADPrim else None for p in self.prims)
+
     def release(self):
-        self.parents = self.inputs = self.out = self.attrs = None
-        self.freed = True
+        self.prims = self.out = self.attrs = None
+
+    def __repr__(self):
+        state = "freed" if self.prims is None else f"{len(self.prims)} inputs"
+        return f"<Node {self.op.name} ({state})>"
 
 
 class LeafNode:
@@ -43,8 +67,12 @@ class LeafNode:
         self.id = next(_leaf_ids) if id is None else id
         self.meta = meta
 
+    def __repr__(self):
+        return f"<LeafNode id={self.id} shape={self.meta[0]} dtype={self.meta[1].short}>"
+
 
 def live_nodes() -> int:
-    """The number of interior graph nodes alive in this process (for leak tests)."""
+    """The number of interior graph nodes alive (not released) in this process, for leak
+    tests. Runs a garbage collection first; slow, not for hot paths."""
     gc.collect()
-    return sum(1 for o in gc.get_objects() if type(o) is Node and not o.freed)
+    return sum(1 for o in gc.get_objects() if type(o) is Node and o.prims is not None)

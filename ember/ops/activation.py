@@ -1,0 +1,53 @@
+"""Activation primitives: the ones a composite cannot do as well.
+
+``sigmoid`` is a primitive for stability (no overflow of ``exp`` for large ``|x|``) and a
+cheap derivative from its output; ``relu`` for speed. Every other activation is a composite
+in ``ember/tensor/activation.py``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtype as dt
+from .registry import declare
+from .elementwise import unary_infer
+
+_F32 = np.dtype(np.float32)
+_HALF = (np.dtype(np.float16), dt.bfloat16.np)
+
+
+def _sigmoid_numpy(x):
+    """``exp(min(x, 0)) / (1 + exp(-|x|))``: equal to 1 / (1 + exp(-x)), but no ``exp``
+    overflows and tiny results keep their relative accuracy (down to subnormals). f16/bf16
+    are computed in f32 and rounded once."""
+    x = np.asarray(x)
+    src = x.dtype
+    if src in _HALF:
+        x = x.astype(_F32)
+    num = np.empty(x.shape, x.dtype)
+    den = np.empty(x.shape, x.dtype)
+    np.minimum(x, 0, out=num)
+    np.exp(num, out=num)
+    np.abs(x, out=den)
+    np.negative(den, out=den)
+    np.exp(den, out=den)
+    np.add(den, 1, out=den)
+    np.divide(num, den, out=num)
+    return num.astype(src, copy=False)
+
+
+SIGMOID = declare(
+    "sigmoid", "unary", nin=1, infer=unary_infer("sigmoid", "float"), numpy=_sigmoid_numpy,
+    vjp=lambda g, i, o: (g * o * (1.0 - o),),
+    doc="logistic function 1 / (1 + exp(-x)), stable for large |x|")
+
+
+def _relu_numpy(x):
+    # NaN propagates (as in PyTorch); ints keep their dtype (the 0 is a weak scalar)
+    return np.maximum(x, x.dtype.type(0))
+
+
+RELU = declare(
+    "relu", "unary", nin=1, infer=unary_infer("relu", "float int"), numpy=_relu_numpy,
+    vjp=lambda g, i, o: (g * (i[0] > 0),),
+    doc="max(x, 0); its derivative is taken as 0 at x = 0")
