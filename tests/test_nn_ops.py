@@ -288,3 +288,35 @@ def test_norms_in_half_precision_keep_dtype(torch):
             assert out.dtype == dtype
             np.testing.assert_allclose(out.cast(em.f64).numpy(), ref.numpy(), atol=3e-2,
                                        rtol=2e-2)
+
+
+def test_nearest_indices_match_torch(torch):
+    """PyTorch's 'nearest' picks floor(dst * scale) in f32 arithmetic; an f64 formula differs
+    at some sizes (e.g. 21 -> 69), so the indices are checked exactly over a sweep."""
+    F = torch.nn.functional
+    for n in range(1, 30):
+        x = np.arange(n, dtype=np.float32).reshape(1, 1, 1, n)
+        xe, xt = em.tensor(x), torch.from_numpy(x)
+        for o in range(1, 90):
+            np.testing.assert_array_equal(em.interpolate(xe, size=(1, o)).numpy(),
+                                          F.interpolate(xt, size=(1, o)).numpy())
+        for sf in (0.3, 0.7, 1.1, 1.3, 1.7, 2.5, 1 / 3, 2 / 3, 1 / 7, 4.2):
+            if int(n * sf) >= 1:
+                np.testing.assert_array_equal(
+                    em.interpolate(xe, scale_factor=(1, sf)).numpy(),
+                    F.interpolate(xt, scale_factor=(1, sf)).numpy())
+
+
+def test_max_pool_nan_and_neg_inf_like_torch(torch):
+    F = torch.nn.functional
+    x = RNG.normal(size=(2, 2, 7, 6))
+    x[0, 0, 0, :3] = np.nan
+    x[0, 1, 4, 4] = np.nan
+    x[1, 1, :4, :4] = -np.inf
+    for kw in (dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2, stride=1),
+               dict(kernel_size=3, stride=2, padding=1, dilation=2, ceil_mode=True)):
+        vals, idx = em.max_pool2d(em.tensor(x), return_indices=True, **kw)
+        rv, ri = F.max_pool2d(torch.from_numpy(x), return_indices=True, **kw)
+        np.testing.assert_array_equal(vals.numpy(), rv.numpy())
+        np.testing.assert_array_equal(idx.numpy(), ri.numpy())
+        np.testing.assert_array_equal(em.max_pool2d(em.tensor(x), **kw).numpy(), rv.numpy())

@@ -121,8 +121,8 @@ NEG = unary("neg", np.negative, lambda g, i, o: (-g,), kinds=NUMERIC)
 # -- unary float math -----------------------------------------------------------------------
 EXP = unary("exp", _quiet(np.exp), lambda g, i, o: (g * o,))
 LOG = unary("log", _quiet(np.log), lambda g, i, o: (g / i[0],))
-EXPM1 = unary("expm1", _quiet(np.expm1), lambda g, i, o: (g * (o + 1.0),), doc="exp(x) - 1, accurate "
-              "near 0")
+EXPM1 = unary("expm1", _quiet(np.expm1), lambda g, i, o: (g * (o + 1.0),),
+              doc="exp(x) - 1, accurate near 0")
 LOG1P = unary("log1p", _quiet(np.log1p), lambda g, i, o: (g / (i[0] + 1.0),),
               doc="log(1 + x), accurate near 0")
 SQRT = unary("sqrt", _quiet(np.sqrt), lambda g, i, o: (g * 0.5 / o,))
@@ -357,9 +357,6 @@ MINIMUM = binary("minimum", _quiet(np.minimum), _minmax_vjp(lambda a, b: api.low
 
 
 # -- clamp ----------------------------------------------------------------------------------
-_quiet_clip = _quiet(np.clip)
-
-
 def _clamp_infer(x, min, max):
     d = x._dtype
     if d.kind not in NUMERIC:
@@ -367,10 +364,14 @@ def _clamp_infer(x, min, max):
     return (x._shape, d)
 
 
+@_quiet
 def _clamp_numpy(x, min, max):
-    if min is None and max is None:
-        return x
-    return _quiet_clip(x, min, max)
+    # maximum then minimum (np.clip's order: min > max gives max), cheaper than np.clip
+    if min is not None:
+        x = np.maximum(x, min)
+    if max is not None:
+        x = np.minimum(x, max)
+    return x
 
 
 def _clamp_vjp(g, i, o, min, max):

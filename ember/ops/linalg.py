@@ -48,14 +48,16 @@ def _matmul_numpy(a, b):
     return np.matmul(a, b)
 
 
-def _matmul_vjp(g, inputs, out):
+def _matmul_vjp(g, inputs, out, needs):
     a, b = inputs
     # Batch dims of the gradients keep the broadcast shape; the engine sums them back.
-    return (g @ b.swap_dims(-1, -2), a.swap_dims(-1, -2) @ g)
+    # Only wanted gradients are computed: each is a matmul as large as the forward one.
+    return (g @ b.swap_dims(-1, -2) if needs[0] else None,
+            a.swap_dims(-1, -2) @ g if needs[1] else None)
 
 
 MATMUL = declare(
     "matmul", "matmul", nin=2, infer=_matmul_infer, numpy=_matmul_numpy, vjp=_matmul_vjp,
-    promote="same",
+    promote="same", vjp_needs=True,
     doc="batched matrix product (..., n, k) @ (..., k, m) with broadcast batch dims; "
         "float and int dtypes (ints wrap around)")

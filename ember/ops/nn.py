@@ -101,32 +101,47 @@ def _pad(x, lo, hi, nd, value=0.0):
     return np.pad(x, ((0, 0), (0, 0)) + tuple(zip(lo, hi)), constant_values=value)
 
 
-def _windows(x, kernel, stride, dilation, nd):
-    """``[N, C, *out, *kernel]``: a strided view of the (already padded) input's windows."""
-    sp = tuple(range(2, 2 + nd))
-    ext = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation))
-    win = sliding_window_view(x, ext, axis=sp)
-    sl = ((slice(None),) * 2 + tuple(slice(None, None, s) for s in stride)
-          + tuple(slice(None, None, d) for d in dilation))
-    return win[sl]
+def _channels_last(x, padding, nd):
+    """``[N, *S_padded, C]``: one copy of ``x``, zero-padded, channels innermost (so the
+    column copy below moves contiguous runs of channels)."""
+    xl = x.transpose((0,) + tuple(range(2, 2 + nd)) + (1,))
+    if any(padding):
+        return np.pad(xl, ((0, 0),) + tuple((p, p) for p in padding) + ((0, 0),))
+    return xl
 
 
 def _im2col(x, kernel, stride, padding, dilation, groups, nd):
-    """``[groups, N*P, C/groups*K]`` columns of a conv input, and the output spatial size."""
+    """``[groups, N*P, K*C/groups]`` columns of a conv input (kernel-offset major, channel
+    minor), and the output spatial size."""
     n, c = x.shape[:2]
-    win = _windows(_pad(x, padding, padding, nd), kernel, stride, dilation, nd)
-    osz = win.shape[2:2 + nd]
     cg = c // groups
-    win = win.reshape((n, groups, cg) + win.shape[2:])
-    perm = ((1, 0) + tuple(range(3, 3 + nd)) + (2,) + tuple(range(3 + nd, 3 + 2 * nd)))
+    xl = _channels_last(x, padding, nd)
+    ext = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation))
+    win = sliding_window_view(xl, ext, axis=tuple(range(1, 1 + nd)))   # [N, *full, C, *ext]
+    win = win[(slice(None),) + tuple(slice(None, None, s) for s in stride) + (slice(None),)
+              + tuple(slice(None, None, d) for d in dilation)]       # [N, *O, C, *K]
+    osz = win.shape[1:1 + nd]
+    win = win.reshape((n,) + osz + (groups, cg) + tuple(kernel))
+    # -> [g, N, *O, *K, Cg]
+    perm = ((1 + nd, 0) + tuple(range(1, 1 + nd)) + tuple(range(3 + nd, 3 + 2 * nd))
+            + (2 + nd,))
     p = 1
     for o in osz:
         p *= o
     kp = 1
     for k in kernel:
         kp *= k
-    cols = np.ascontiguousarray(win.transpose(perm)).reshape(groups, n * p, cg * kp)
+    cols = np.ascontiguousarray(win.transpose(perm)).reshape(groups, n * p, kp * cg)
     return cols, osz
+
+
+def _w_cols(w, groups, nd):
+    """Conv weight ``[O, Cg, *K]`` as ``[g, K*Cg, F]`` (rows ordered like `_im2col`'s)."""
+    o, cg = w.shape[:2]
+    f = o // groups
+    wg = w.reshape((groups, f, cg) + w.shape[2:])
+    wg = wg.transpose((0,) + tuple(range(3, 3 + nd)) + (2, 1))
+    return wg.reshape(groups, -1, f) if wg.size else np.zeros((groups, 0, f), w.dtype)
 
 
 def _to_nc(y, n, groups, osz, f, nd):
@@ -145,18 +160,58 @@ def _from_nc(g, groups, nd):
     return g.reshape(groups, -1, f)
 
 
+def _offsets(x, kernel, stride, padding, dilation, osz, nd):
+    """For each kernel offset, the strided view of the padded input it multiplies:
+    ``[N, C, *osz]`` each."""
+    xp = _pad(x, padding, padding, nd)
+    for off in np.ndindex(*kernel):
+        yield xp[(slice(None), slice(None)) + tuple(
+            slice(o * d, o * d + s * (n - 1) + 1, s)
+            for o, d, s, n in zip(off, dilation, stride, osz))]
+
+
+def _depthwise(x, w, stride, padding, dilation, nd):
+    """A conv with one input channel per group: per kernel offset, a broadcast
+    multiply-add (no columns, no GEMM)."""
+    n, c = x.shape[:2]
+    f = w.shape[0] // c
+    kernel = w.shape[2:]
+    osz = tuple(conv_out_size("conv", s_, k, st, p, d) for s_, k, st, p, d in
+                zip(x.shape[2:], kernel, stride, padding, dilation))
+    wk = w.reshape((c, f, -1))
+    out = np.zeros((n, c, f) + osz, x.dtype)
+    tmp = np.empty_like(out)
+    expand = (slice(None), slice(None), None)
+    wshape = (1, c, f) + (1,) * nd
+    for ki, xs in enumerate(_offsets(x, kernel, stride, padding, dilation, osz, nd)):
+        np.multiply(xs[expand], wk[:, :, ki].reshape(wshape), out=tmp)
+        out += tmp
+    return out.reshape((n, c * f) + osz)
+
+
+def _depthwise_weight_backward(x, gy, kernel, stride, padding, dilation, nd):
+    n, c = x.shape[:2]
+    f = gy.shape[1] // c
+    osz = gy.shape[2:]
+    g4 = gy.reshape((n, c, f, -1))
+    dw = np.empty((c, f) + tuple(kernel), x.dtype)
+    dwk = dw.reshape(c, f, -1)
+    for ki, xs in enumerate(_offsets(x, kernel, stride, padding, dilation, osz, nd)):
+        dwk[:, :, ki] = np.einsum("ncfp,ncp->cf", g4, xs.reshape(n, c, -1))
+    return dw.reshape((c * f, 1) + tuple(kernel))
+
+
 # -- convolution ----------------------------------------------------------------------------
 def _conv_np(nd):
     def conv(x, w, stride, padding, dilation, groups):
         ct = _ct(x)
         xc, wc = x.astype(ct, copy=False), w.astype(ct, copy=False)
         o, cg = w.shape[:2]
-        kernel = w.shape[2:]
-        cols, osz = _im2col(xc, kernel, stride, padding, dilation, groups, nd)
-        f = o // groups
-        wm = wc.reshape(groups, f, cols.shape[2])
-        y = np.matmul(cols, wm.transpose(0, 2, 1))
-        return _to_nc(y, x.shape[0], groups, osz, f, nd).astype(x.dtype, copy=False)
+        if cg == 1 and groups > 1:
+            return _depthwise(xc, wc, stride, padding, dilation, nd).astype(x.dtype, copy=False)
+        cols, osz = _im2col(xc, w.shape[2:], stride, padding, dilation, groups, nd)
+        y = np.matmul(cols, _w_cols(wc, groups, nd))
+        return _to_nc(y, x.shape[0], groups, osz, o // groups, nd).astype(x.dtype, copy=False)
     return conv
 
 
@@ -172,22 +227,34 @@ def _conv_transpose_np(nd):
         for k in kernel:
             kp *= k
         cg = cin // groups
+        full = tuple((s_ - 1) * st + d * (k - 1) + 1 + op_ for s_, st, d, k, op_ in
+                     zip(size, stride, dilation, kernel, output_padding))
+        osz = tuple(_transpose_out_size(s_, k, st, p, op_, d) for s_, k, st, p, op_, d in
+                    zip(size, kernel, stride, padding, output_padding, dilation))
+        crop = tuple(slice(p, p + o) for p, o in zip(padding, osz))
+        if cg == 1 and groups > 1:
+            # one input channel per group: broadcast multiply-adds per kernel offset
+            buf = np.zeros((n, cin, f) + full, dtype=ct)
+            wk = wc.reshape(cin, f, kp)
+            xe = xc[:, :, None]
+            for ki, off in enumerate(np.ndindex(*kernel)):
+                sl = (slice(None),) * 3 + tuple(
+                    slice(o * d, o * d + st * (s_ - 1) + 1, st)
+                    for o, d, st, s_ in zip(off, dilation, stride, size))
+                buf[sl] += xe * wk[:, :, ki].reshape((1, cin, f) + (1,) * nd)
+            y = buf[(slice(None),) * 3 + crop]
+            return y.reshape((n, cin * f) + osz).astype(x.dtype, copy=False)
         # [g, N*P, Cg] @ [g, Cg, K*F]: every input pixel's contribution to each kernel offset
         wm = wc.reshape(groups, cg, f, kp).transpose(0, 1, 3, 2).reshape(groups, cg, kp * f)
         cols = np.matmul(_from_nc(xc, groups, nd), wm)
         cols = cols.reshape((groups, n) + tuple(size) + (kp, f))
-        full = tuple((s_ - 1) * st + d * (k - 1) + 1 + op_ for s_, st, d, k, op_ in
-                     zip(size, stride, dilation, kernel, output_padding))
         buf = np.zeros((groups, n) + full + (f,), dtype=ct)
         for ki, off in enumerate(np.ndindex(*kernel)):
             sl = (slice(None), slice(None)) + tuple(
                 slice(o * d, o * d + st * (s_ - 1) + 1, st)
                 for o, d, st, s_ in zip(off, dilation, stride, size))
             buf[sl] += cols[..., ki, :]
-        osz = tuple(_transpose_out_size(s_, k, st, p, op_, d) for s_, k, st, p, op_, d in
-                    zip(size, kernel, stride, padding, output_padding, dilation))
-        crop = (slice(None), slice(None)) + tuple(slice(p, p + o) for p, o in zip(padding, osz))
-        y = buf[crop]
+        y = buf[(slice(None), slice(None)) + crop]
         y = y.transpose((1, 0, 2 + nd) + tuple(range(2, 2 + nd)))
         return y.reshape((n, groups * f) + osz).astype(x.dtype, copy=False)
     return conv_transpose
@@ -197,12 +264,17 @@ def _conv_weight_backward_np(nd):
     def conv_weight_backward(x, gy, kernel, stride, padding, dilation, groups):
         ct = _ct(x)
         xc, gc = x.astype(ct, copy=False), gy.astype(ct, copy=False)
+        o, c = gy.shape[1], x.shape[1]
+        cg = c // groups
+        if cg == 1 and groups > 1:
+            dw = _depthwise_weight_backward(xc, gc, kernel, stride, padding, dilation, nd)
+            return dw.astype(x.dtype, copy=False)
         cols, _ = _im2col(xc, kernel, stride, padding, dilation, groups, nd)
         gm = _from_nc(gc, groups, nd)                      # [g, N*P, F]
-        dw = np.matmul(gm.transpose(0, 2, 1), cols)       # [g, F, Cg*K]
-        o = gy.shape[1]
-        return dw.reshape((o, x.shape[1] // groups) + tuple(kernel)).astype(x.dtype,
-                                                                             copy=False)
+        dw = np.matmul(gm.transpose(0, 2, 1), cols)       # [g, F, K*Cg]
+        dw = dw.reshape((o,) + tuple(kernel) + (cg,))
+        dw = dw.transpose((0, 1 + nd) + tuple(range(1, 1 + nd)))
+        return np.ascontiguousarray(dw).astype(x.dtype, copy=False)
     return conv_weight_backward
 
 
@@ -353,70 +425,66 @@ def _pool_check(op, x, nd, kernel, stride, padding, dilation, ceil_mode):
     return osz
 
 
-def _max_windows(x, kernel, stride, padding, dilation, ceil_mode, nd):
+def _max_views(x, kernel, stride, padding, dilation, ceil_mode, nd):
+    """The output size and, per kernel offset, the strided view ``[N, C, *out]`` of the
+    input padded with -inf (ceil mode pads the far side as far as the last window)."""
     size = x.shape[2:]
     osz = tuple(pool_out_size("max_pool", n, k, s, p, d, ceil_mode) for n, k, s, p, d in
                 zip(size, kernel, stride, padding, dilation))
     hi = tuple(max(0, (o - 1) * s + d * (k - 1) + 1 - n - p) for o, s, d, k, n, p in
                zip(osz, stride, dilation, kernel, size, padding))
     xp = _pad(x, padding, hi, nd, value=-np.inf)
-    win = _windows(xp, kernel, stride, dilation, nd)
-    # a ceil-mode pad may leave extra windows past the last one that counts
-    return win[(slice(None), slice(None)) + tuple(slice(0, o) for o in osz)], osz
+    views = [xp[(slice(None), slice(None)) + tuple(
+        slice(o * d, o * d + s * (n - 1) + 1, s)
+        for o, d, s, n in zip(off, dilation, stride, osz))] for off in np.ndindex(*kernel)]
+    return osz, views
 
 
 def _max_pool_np(nd):
-    axes = tuple(range(2 + nd, 2 + 2 * nd))
-
     def max_pool(x, kernel, stride, padding, dilation, ceil_mode):
-        win, _ = _max_windows(x, kernel, stride, padding, dilation, ceil_mode, nd)
-        return win.max(axis=axes) if win.size else np.zeros(win.shape[:2 + nd], x.dtype)
+        _, views = _max_views(x, kernel, stride, padding, dilation, ceil_mode, nd)
+        out = views[0].copy()
+        for v in views[1:]:
+            np.maximum(out, v, out=out)   # propagates NaN, like PyTorch
+        return out
     return max_pool
 
 
 def _max_pool_idx_np(nd):
     def max_pool_with_indices(x, kernel, stride, padding, dilation, ceil_mode):
-        win, osz = _max_windows(x, kernel, stride, padding, dilation, ceil_mode, nd)
+        osz, views = _max_views(x, kernel, stride, padding, dilation, ceil_mode, nd)
         n, c = x.shape[:2]
         size = x.shape[2:]
-        kp = 1
-        for k in kernel:
-            kp *= k
-        flat = win.reshape(win.shape[:2 + nd] + (kp,))
-        if flat.size == 0:
-            return (np.zeros((n, c) + osz, x.dtype), np.zeros((n, c) + osz, np.int64))
-        a = flat.argmax(axis=-1)
-        vals = np.take_along_axis(flat, a[..., None], axis=-1)[..., 0]
-        # window offset -> position in the unpadded plane, per spatial dim
-        pos = []
-        rem = a
-        for i in range(nd - 1, -1, -1):
-            k = kernel[i]
-            off = rem % k
-            rem = rem // k
+        # plane index = (window start's index) + (the offset's delta), both flat
+        plane_strides = [1] * nd
+        for i in range(nd - 2, -1, -1):
+            plane_strides[i] = plane_strides[i + 1] * size[i + 1]
+        base, first = 0, 0
+        for i in range(nd):
             shape = [1] * nd
             shape[i] = osz[i]
-            start = (np.arange(osz[i]) * stride[i] - padding[i]).reshape(shape)
-            pos.append(start + off * dilation[i])
-        pos.reverse()
-        invalid = None
-        for i in range(nd):
-            bad = (pos[i] < 0) | (pos[i] >= size[i])
-            invalid = bad if invalid is None else invalid | bad
-        if invalid.any():
-            # a window of -inf only (or NaN-free ties with the padding): PyTorch reports its
-            # first in-bounds position
-            for i in range(nd):
-                shape = [1] * nd
-                shape[i] = osz[i]
-                start = np.arange(osz[i]) * stride[i] - padding[i]
-                first = np.where(start < 0, start + (-start + dilation[i] - 1) // dilation[i]
-                                 * dilation[i], start).reshape(shape)
-                pos[i] = np.where(invalid, first, pos[i])
-        idx = pos[0]
-        for i in range(1, nd):
-            idx = idx * size[i] + pos[i]
-        return vals, np.broadcast_to(idx, (n, c) + osz).astype(np.int64)
+            start = np.arange(osz[i]) * stride[i] - padding[i]
+            # the window's first in-bounds position along this dim
+            f = np.where(start < 0, start + (-start + dilation[i] - 1) // dilation[i]
+                         * dilation[i], start)
+            base = base + (start * plane_strides[i]).reshape(shape)
+            first = first + (f * plane_strides[i]).reshape(shape)
+        # PyTorch's scan: the first strictly larger value wins, and any NaN does
+        best = np.full((n, c) + osz, -np.inf, x.dtype)
+        arg = np.full((n, c) + osz, -1, np.int64)
+        nan = bool(np.isnan(x).any())
+        for off, v in zip(np.ndindex(*kernel), views):
+            upd = v > best
+            if nan:
+                upd |= np.isnan(v)
+            np.copyto(best, v, where=upd)
+            delta = sum(o * d * st for o, d, st in zip(off, dilation, plane_strides))
+            np.copyto(arg, delta, where=upd)
+        none = arg < 0
+        idx = arg + base
+        if none.any():  # a window of -inf only reports its first in-bounds position
+            idx = np.where(none, first, idx)
+        return best, idx
     return max_pool_with_indices
 
 

@@ -214,8 +214,8 @@ def clamp(x, min=None, max=None):  # noqa: A002
         raise DTypeError("clamp: expects a float or int tensor, got bool")
     common = d
     for b in (min, max):
-        if b is None:
-            continue
+        if b is None or (type(b) is float and common.kind == "float") or type(b) is int:
+            continue  # the common cases: nothing to promote
         if not _is_scalar(b):
             raise DTypeError(f"clamp: bounds must be Tensors, numbers or None, got "
                              f"{type(b).__name__} {b!r}")

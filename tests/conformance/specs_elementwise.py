@@ -180,8 +180,9 @@ case("ew_pow_special", "pow", lambda a, b: a ** b, np.power, [((8, 8), (8, 8))],
 case("ew_atan2", "atan2", lambda a, b: em.atan2(a, b), np.arctan2, BIN)
 case("ew_atan2_method_scalar", "atan2", lambda a: a.atan2(-0.5), lambda a: np.arctan2(a, -0.5),
      UN)
-case("ew_atan2_ints", "atan2", lambda a, b: em.atan2(a, b), np.arctan2, BIN[:4], dtypes=INTS,
-     tol=T_F32, grad=False)
+case("ew_atan2_ints", "atan2", lambda a, b: em.atan2(a, b),
+     lambda a, b: np.arctan2(a.astype(np.float64), b.astype(np.float64)), BIN[:4],
+     dtypes=INTEGRAL, tol=T_F32, grad=False)
 case("ew_atan2_special", "atan2", lambda a, b: em.atan2(a, b), np.arctan2, [((8, 8), (8, 8))],
      inputs=(Input(grid(0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 2.0, axis=0)),
              Input(grid(0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 3.0, axis=1))),

@@ -12,7 +12,7 @@ import pytest
 import ember as em
 from ember.ops.nn import pool_out_size
 from ember.tensor.dispatch import apply
-from tests.conformance.harness import FLOATS, Case, Input
+from tests.conformance.harness import Case, Input
 
 
 _TORCH = []
