@@ -456,3 +456,30 @@ def test_a_rule_returning_a_smaller_gradient_is_broadcast():
     from ember.tensor.dispatch import unary
     g = x.grad(unary(op, x).sum().backward())
     np.testing.assert_array_equal(g.numpy(), [3.0, 3.0, 3.0])
+
+
+def test_backward_computes_only_the_gradients_that_are_wanted(monkeypatch):
+    """Rules declared with ``vjp_needs`` (matmul, conv) skip gradients of inputs that do not
+    require grad: a first layer's input costs no backward matmul or conv."""
+    import ember as em
+    from ember.ops import OPS
+    calls = {"matmul": 0, "conv_transpose2d": 0, "conv2d_weight_backward": 0}
+    for name in calls:
+        op = OPS[name]
+        orig = op.numpy
+
+        def counting(*a, _orig=orig, _name=name, **k):
+            calls[_name] += 1
+            return _orig(*a, **k)
+        monkeypatch.setattr(op, "numpy", counting)
+    ad = em.device("cpu").autodiff()
+    x = em.tensor(np.ones((4, 3)), device=ad)
+    w = em.tensor(np.ones((3, 2)), device=ad).require_grad()
+    grads = (x @ w).sum().backward()
+    assert calls["matmul"] == 2, calls   # the forward and dL/dw, not dL/dx
+    np.testing.assert_allclose(w.grad(grads).numpy(), np.full((3, 2), 4.0))
+    img = em.tensor(np.ones((1, 1, 4, 4)), device=ad)
+    k = em.tensor(np.ones((1, 1, 3, 3)), device=ad).require_grad()
+    grads = em.conv2d(img, k).sum().backward()
+    assert calls["conv_transpose2d"] == 0 and calls["conv2d_weight_backward"] == 1, calls
+    np.testing.assert_allclose(k.grad(grads).numpy(), np.full((1, 1, 3, 3), 4.0))

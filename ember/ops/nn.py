@@ -359,50 +359,61 @@ def _declare_conv(nd):
     name, tname, wname = f"conv{nd}d", f"conv_transpose{nd}d", f"conv{nd}d_weight_backward"
     ops = {}
 
-    def conv_vjp(g, i, o, stride, padding, dilation, groups):
+    # Each gradient is a conv as large as the forward one: only wanted ones are computed
+    # (``needs``; a first layer's images, say, need none).
+    def conv_vjp(g, i, o, stride, padding, dilation, groups, needs):
         x, w = i
         kernel = w._shape[2:]
-        opad = _grad_output_padding(x._shape[2:], g._shape[2:], kernel, stride, padding,
-                                    dilation)
-        gx = _run(ops["t"], (g, w), stride=stride, padding=padding, output_padding=opad,
-                  dilation=dilation, groups=groups)
-        gw = _run(ops["w"], (x, g), kernel=kernel, stride=stride, padding=padding,
-                  dilation=dilation, groups=groups)
+        gx = gw = None
+        if needs[0]:
+            opad = _grad_output_padding(x._shape[2:], g._shape[2:], kernel, stride, padding,
+                                        dilation)
+            gx = _run(ops["t"], (g, w), stride=stride, padding=padding, output_padding=opad,
+                      dilation=dilation, groups=groups)
+        if needs[1]:
+            gw = _run(ops["w"], (x, g), kernel=kernel, stride=stride, padding=padding,
+                      dilation=dilation, groups=groups)
         return gx, gw
 
-    def conv_transpose_vjp(g, i, o, stride, padding, output_padding, dilation, groups):
+    def conv_transpose_vjp(g, i, o, stride, padding, output_padding, dilation, groups, needs):
         x, w = i
-        gx = _run(ops["c"], (g, w), stride=stride, padding=padding, dilation=dilation,
-                  groups=groups)
-        gw = _run(ops["w"], (g, x), kernel=w._shape[2:], stride=stride, padding=padding,
-                  dilation=dilation, groups=groups)
+        gx = gw = None
+        if needs[0]:
+            gx = _run(ops["c"], (g, w), stride=stride, padding=padding, dilation=dilation,
+                      groups=groups)
+        if needs[1]:
+            gw = _run(ops["w"], (g, x), kernel=w._shape[2:], stride=stride, padding=padding,
+                      dilation=dilation, groups=groups)
         return gx, gw
 
-    def weight_backward_vjp(g, i, o, kernel, stride, padding, dilation, groups):
+    def weight_backward_vjp(g, i, o, kernel, stride, padding, dilation, groups, needs):
         x, gy = i
-        opad = _grad_output_padding(x._shape[2:], gy._shape[2:], kernel, stride, padding,
-                                    dilation)
-        gx = _run(ops["t"], (gy, g), stride=stride, padding=padding, output_padding=opad,
-                  dilation=dilation, groups=groups)
-        ggy = _run(ops["c"], (x, g), stride=stride, padding=padding, dilation=dilation,
-                   groups=groups)
+        gx = ggy = None
+        if needs[0]:
+            opad = _grad_output_padding(x._shape[2:], gy._shape[2:], kernel, stride, padding,
+                                        dilation)
+            gx = _run(ops["t"], (gy, g), stride=stride, padding=padding, output_padding=opad,
+                      dilation=dilation, groups=groups)
+        if needs[1]:
+            ggy = _run(ops["c"], (x, g), stride=stride, padding=padding, dilation=dilation,
+                       groups=groups)
         return gx, ggy
 
     ops["c"] = declare(
         name, "conv", nin=2, attrs=("stride", "padding", "dilation", "groups"),
-        infer=_conv_infer(name, nd), numpy=_conv_np(nd), vjp=conv_vjp,
+        infer=_conv_infer(name, nd), numpy=_conv_np(nd), vjp=conv_vjp, vjp_needs=True,
         doc=f"{nd}-d cross-correlation of [N, C, *S] with weight [O, C/groups, *K] (no bias)")
     ops["t"] = declare(
         tname, "conv", nin=2,
         attrs=("stride", "padding", "output_padding", "dilation", "groups"),
         infer=_conv_transpose_infer(tname, nd), numpy=_conv_transpose_np(nd),
-        vjp=conv_transpose_vjp,
+        vjp=conv_transpose_vjp, vjp_needs=True,
         doc=f"{nd}-d transposed conv of [N, C, *S] with weight [C, O/groups, *K] (no bias): "
             f"the adjoint of {name} in its input")
     ops["w"] = declare(
         wname, "conv", nin=2, attrs=("kernel", "stride", "padding", "dilation", "groups"),
         infer=_conv_weight_backward_infer(wname, nd), numpy=_conv_weight_backward_np(nd),
-        vjp=weight_backward_vjp,
+        vjp=weight_backward_vjp, vjp_needs=True,
         doc=f"the weight gradient of {name}: (input, output grad) -> [O, C/groups, *K]")
     return ops["c"], ops["t"], ops["w"]
 

@@ -70,7 +70,8 @@ def _sum_dtype(d):
 
 
 def _acc_reduce(fn):
-    """``fn`` (np.sum, np.prod) accumulating f16/bf16 in f32 and ints in their own dtype."""
+    """``fn`` (np.add.reduce, np.multiply.reduce) accumulating f16/bf16 in f32 and ints in
+    their own dtype. The ufunc's own ``reduce`` skips np.sum's Python-level dispatch."""
     def run(x, dims, keepdim):
         xd = x.dtype
         if xd in _LOW:
@@ -85,7 +86,7 @@ def _acc_reduce(fn):
 SUM = declare(
     "sum", "reduce", nin=1, attrs=("dims", "keepdim"),
     infer=reduce_infer("sum", out=_sum_dtype),
-    numpy=_acc_reduce(np.sum),
+    numpy=_acc_reduce(np.add.reduce),
     vjp=lambda g, i, o, dims, keepdim: (grad_to_input(g, i[0]._shape, dims, keepdim),),
     doc="sum over dims; keeps the dtype (bool sums count as i64)")
 
@@ -112,7 +113,7 @@ def _prod_vjp(g, inputs, out, dims, keepdim):
 PROD = declare(
     "prod", "reduce", nin=1, attrs=("dims", "keepdim"),
     infer=reduce_infer("prod", out=_sum_dtype),
-    numpy=_acc_reduce(np.prod), vjp=_prod_vjp,
+    numpy=_acc_reduce(np.multiply.reduce), vjp=_prod_vjp,
     doc="product over dims; keeps the dtype (bool counts as i64); the gradient is exact "
         "with zeros in the input")
 
@@ -135,12 +136,12 @@ def _extreme_numpy(fn):
 
 MAX = declare(
     "max", "reduce", nin=1, attrs=("dims", "keepdim"),
-    infer=reduce_infer("max", nonempty=True), numpy=_extreme_numpy(np.max),
+    infer=reduce_infer("max", nonempty=True), numpy=_extreme_numpy(np.maximum.reduce),
     vjp=_extreme_vjp,
     doc="maximum over dims (NaN propagates); keeps the dtype; ties share the gradient evenly")
 MIN = declare(
     "min", "reduce", nin=1, attrs=("dims", "keepdim"),
-    infer=reduce_infer("min", nonempty=True), numpy=_extreme_numpy(np.min),
+    infer=reduce_infer("min", nonempty=True), numpy=_extreme_numpy(np.minimum.reduce),
     vjp=_extreme_vjp,
     doc="minimum over dims (NaN propagates); keeps the dtype; ties share the gradient evenly")
 

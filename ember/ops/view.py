@@ -19,7 +19,7 @@ def _reshape_infer(x, shape):
 
 RESHAPE = declare(
     "reshape", "view", nin=1, attrs=("shape",), infer=_reshape_infer,
-    numpy=lambda x, shape: np.reshape(x, shape),
+    numpy=lambda x, shape: x.reshape(shape),
     vjp=lambda g, i, o, shape: (g.reshape(i[0]._shape),))
 
 
@@ -60,7 +60,7 @@ def _inverse_perm(dims):
 
 PERMUTE = declare(
     "permute", "view", nin=1, attrs=("dims",), infer=_permute_infer,
-    numpy=lambda x, dims: np.transpose(x, dims),
+    numpy=lambda x, dims: x.transpose(dims),
     vjp=lambda g, i, o, dims: (g.permute(_inverse_perm(dims)),),
     doc="out[i_0..i_n] = x[i_{inv(0)}..]; output dim k is input dim dims[k]")
 

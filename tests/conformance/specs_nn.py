@@ -157,7 +157,6 @@ def t_vjp(fn, x, g):
 X_IN = Input()
 W_IN = Input()
 IDX = Input("index", high=10, dtype="i64", differentiable=False)
-LOOSE = {"f16": (4e-3, 4e-3), "bf16": (3e-2, 2e-2)}
 
 CASES = []
 
