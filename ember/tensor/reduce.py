@@ -14,6 +14,7 @@ from __future__ import annotations
 from .. import dtype as dt
 from ..ops import reduce as R
 from ..ops import sort as S
+from ..ops import view as V
 from ..ops.rules import canonical_dim, canonical_dims
 from .dispatch import apply, unary
 
@@ -284,16 +285,18 @@ def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
 
 
 def sum_to_shape(x, shape):
-    """Sum a broadcast result back to ``shape`` (the inverse of broadcasting)."""
+    """Sum a broadcast result back to ``shape`` (the inverse of broadcasting). Runs once per
+    broadcast input in every backward pass, so it goes straight to the primitives."""
     shape = tuple(shape)
-    if x._shape == shape:
+    xs = x._shape
+    if xs == shape:
         return x
-    lead = len(x._shape) - len(shape)
-    dims = list(range(lead))
-    for i, s in enumerate(shape):
-        if s == 1 and x._shape[lead + i] != 1:
-            dims.append(lead + i)
-    return sum(x, dims, keepdim=True).reshape(shape) if dims else x.reshape(shape)
+    lead = len(xs) - len(shape)
+    dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
+                                      if s == 1 and xs[lead + i] != 1)
+    if dims:
+        x = unary(R.SUM, x, {"dims": dims, "keepdim": False})
+    return x if x._shape == shape else unary(V.RESHAPE, x, {"shape": shape})
 
 
 class ReduceMethods:

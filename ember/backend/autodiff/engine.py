@@ -48,6 +48,14 @@ def _fit(op, g, shape, sum_to_shape):
     """``g`` summed back to ``shape`` when ``shape`` broadcasts to it (and broadcast up when a
     rule returned a smaller gradient); anything else is a bug in ``op``'s derivative."""
     gs = g._shape
+    lead = len(gs) - len(shape)
+    if lead >= 0:
+        # the common case: only leading dims and size-1 dims of ``shape`` were broadcast
+        for i, s in enumerate(shape):
+            if s != 1 and s != gs[lead + i]:
+                break
+        else:
+            return sum_to_shape(g, shape)
     n = max(len(gs), len(shape))
     a = (1,) * (n - len(gs)) + tuple(gs)
     b = (1,) * (n - len(shape)) + tuple(shape)
@@ -95,8 +103,8 @@ def backward(root_prim, meta, device) -> Gradients:
             node.release()
             continue
         op = node.op
-        ins = tuple(wrap(p.inner, inner, p.meta[0], p.meta[1]) if type(p) is ADPrim else p
-                    for p in prims)
+        ins = tuple([wrap(p.inner, inner, p.meta[0], p.meta[1]) if type(p) is ADPrim else p
+                     for p in prims])
         m = node.meta
         if op.nout == 1:
             out = wrap(node.out, inner, m[0], m[1])
