@@ -35,8 +35,8 @@ $(STAMP): pyproject.toml $(BIN)/python
 	  "$$py" -m venv $(VENV) || { echo "error: '$$py -m venv' failed; on Debian/Ubuntu install the python3-venv package for this Python" >&2; rm -rf $(VENV); exit 1; }; \
 	fi; \
 	rm -f $(STAMP) $(BENCH_STAMP); \
-	echo "installing ember and its test dependencies into $(VENV) (pip install -e '.[test]')"; \
-	$(BIN)/python -m pip install --quiet -e ".[test]"; \
+	echo "installing ember and its test dependencies into $(VENV) (pip install -e '.[test,train]')"; \
+	$(BIN)/python -m pip install --quiet -e ".[test,train]"; \
 	touch $(STAMP)
 
 # A venv whose interpreter vanished (deleted, or its base Python uninstalled) is rebuilt.
@@ -44,7 +44,7 @@ $(BIN)/python:
 	@rm -f $(STAMP)
 
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
+	$(BIN)/python -m pip install --quiet -e ".[test,train,bench]"
 	@touch $(BENCH_STAMP)
 
 demo: $(STAMP)
