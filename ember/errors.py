@@ -30,8 +30,19 @@ class RecordError(EmberError, ValueError):
     """A record (checkpoint, state dict) whose keys or shapes do not match a module."""
 
 
+class ConfigError(EmberError, ValueError):
+    """A config (``@em.config``) or module option that does not fit: unknown or missing keys,
+    a pattern that matches nothing."""
+
+
 class BackendUnavailableError(EmberError, RuntimeError):
     """A backend that cannot run on this machine; the message says why."""
+
+
+class DatasetError(EmberError, ValueError):
+    """A data set file or record that cannot be read (a bad CSV row, a truncated IDX file, a
+    broken image, a SQLite value of the wrong type); the message names the file and the
+    record."""
 
 
 # `ember.errors.IndexError` reads naturally; the trailing underscore only avoids shadowing
@@ -40,5 +51,5 @@ IndexError = IndexError_  # noqa: A001
 
 __all__ = [
     "EmberError", "ShapeError", "DTypeError", "DeviceError", "IndexError", "AutodiffError",
-    "RecordError", "BackendUnavailableError",
+    "RecordError", "ConfigError", "BackendUnavailableError", "DatasetError",
 ]

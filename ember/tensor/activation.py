@@ -35,7 +35,7 @@ def _cast_to(x, dtype):
 
 
 def _float(op, x):
-    if type(x) is not dispatch.Tensor:
+    if not isinstance(x, dispatch.Tensor):
         raise DTypeError(f"{op}: expects a Tensor, got {type(x).__name__}")
     d = x._dtype
     if d.kind != "float":
@@ -64,7 +64,7 @@ def prelu(x, weight):
     """Leaky ReLU with a learned slope per channel: ``weight`` has one value, or one per
     channel (dim 1 of ``x``; inputs of fewer than 2 dims have one channel)."""
     _float("prelu", x)
-    if type(weight) is not dispatch.Tensor:
+    if not isinstance(weight, dispatch.Tensor):
         raise DTypeError(f"prelu: weight must be a Tensor, got {type(weight).__name__}")
     ws, xs = weight._shape, x._shape
     n = 1

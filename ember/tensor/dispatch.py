@@ -25,7 +25,7 @@ def wrap(prim, device, shape, dtype):
 def _device_of(op, inputs):
     dev = None
     for x in inputs:
-        if type(x) is Tensor:
+        if isinstance(x, Tensor):
             if dev is None:
                 dev = x._device
             elif x._device is not dev:
@@ -40,7 +40,7 @@ def apply(op, inputs: tuple, attrs: dict = _EMPTY):
     """Run a registry op on tensors (and scalars) and wrap the result(s)."""
     dev = _device_of(op, inputs)
     meta = op.infer(*inputs, **attrs)
-    prims = tuple(x._prim if type(x) is Tensor else x for x in inputs)
+    prims = tuple(x._prim if isinstance(x, Tensor) else x for x in inputs)
     out = dev._execute(op, prims, attrs, meta, dev)
     if op.nout == 1:
         return wrap(out, dev, meta[0], meta[1])
@@ -55,7 +55,7 @@ def create(op, device, attrs: dict):
 
 
 def unary(op, x, attrs: dict = _EMPTY):
-    if type(x) is not Tensor:
+    if not isinstance(x, Tensor):
         raise DTypeError(f"{op.name}: expects a Tensor, got {type(x).__name__}")
     meta = op.infer(x, **attrs)
     dev = x._device
@@ -69,7 +69,7 @@ def _is_scalar(v):
 def binary(op, a, b):
     """A binary op with promotion: tensors are cast to the common dtype first; a scalar
     operand stays a scalar (backends and fusion take it as a value)."""
-    ta, tb = type(a) is Tensor, type(b) is Tensor
+    ta, tb = isinstance(a, Tensor), isinstance(b, Tensor)
     if ta and tb:
         dev = a._device
         if b._device is not dev:

@@ -196,18 +196,18 @@ def clamp(x, min=None, max=None):  # noqa: A002
     Scalar bounds are weak like binary operands (a float bound makes an int tensor float);
     min > max gives max everywhere; nan stays nan."""
     Tensor = dispatch.Tensor
-    if type(min) is Tensor or type(max) is Tensor:
+    if isinstance(min, Tensor) or isinstance(max, Tensor):
         out = x
-        if type(min) is Tensor:
+        if isinstance(min, Tensor):
             out = maximum(out, min)
         elif min is not None:
             out = clamp(out, min=min)
-        if type(max) is Tensor:
+        if isinstance(max, Tensor):
             out = minimum(out, max)
         elif max is not None:
             out = clamp(out, max=max)
         return out
-    if type(x) is not Tensor:
+    if not isinstance(x, Tensor):
         raise DTypeError(f"clamp: expects a Tensor, got {type(x).__name__}")
     d = x._dtype
     if d.kind == "bool":
@@ -320,10 +320,10 @@ def where(cond, a, b):
     """``a`` where ``cond`` else ``b``, broadcast over all three. ``cond`` must be a bool
     tensor; ``a`` and ``b`` (tensors or scalars) are promoted like binary operands."""
     Tensor = dispatch.Tensor
-    if type(cond) is not Tensor:
+    if not isinstance(cond, Tensor):
         raise DTypeError(f"where: the condition must be a bool Tensor, got "
                          f"{type(cond).__name__}")
-    ta, tb = type(a) is Tensor, type(b) is Tensor
+    ta, tb = isinstance(a, Tensor), isinstance(b, Tensor)
     if ta and tb:
         d = dt.promote(a._dtype, b._dtype) if a._dtype is not b._dtype else a._dtype
     elif ta:
@@ -356,8 +356,8 @@ def _full_scalar(s, d, like):
 
 
 def _check_mask(op, mask):
-    if type(mask) is not dispatch.Tensor or mask._dtype.kind != "bool":
-        got = mask._dtype.short if type(mask) is dispatch.Tensor else type(mask).__name__
+    if not isinstance(mask, dispatch.Tensor) or mask._dtype.kind != "bool":
+        got = mask._dtype.short if isinstance(mask, dispatch.Tensor) else type(mask).__name__
         raise DTypeError(f"{op}: the mask must be a bool tensor, got {got}; compare first "
                          f"(e.g. x > 0) or cast with .bool()")
 
@@ -367,7 +367,7 @@ def mask_fill(x, mask, value):
     tensor cannot take a fractional value."""
     _check_mask("mask_fill", mask)
     d = x._dtype
-    if type(value) is dispatch.Tensor:
+    if isinstance(value, dispatch.Tensor):
         value = value if value._dtype is d else value.cast(d)
     else:
         _scalar("mask_fill", value)

@@ -45,7 +45,7 @@ def _index_tensor(arr, device):
 def _as_index(op, idx, device, what="index"):
     """An int index tensor from a Tensor, list, tuple or NumPy array."""
     Tensor = _tensor_type()
-    if type(idx) is Tensor:
+    if isinstance(idx, Tensor):
         if idx._dtype.kind != "int":
             raise DTypeError(f"{op}: {what} must be an int tensor (i64, i32, ...), got "
                              f"{idx._dtype.short}")
@@ -120,7 +120,7 @@ def _values(op, x, value, shape):
     """``value`` (a Tensor or a scalar) as a tensor of ``x``'s dtype broadcast to ``shape``."""
     Tensor = _tensor_type()
     from .creation import full
-    if type(value) is not Tensor:
+    if not isinstance(value, Tensor):
         if isinstance(value, (bool, int, float, np.generic)):
             return full(shape, value, x._dtype, x._device)
         from .creation import tensor
@@ -175,7 +175,7 @@ def _parse(x, key):
             items.append((_INT, int(k)))
             consumed += 1
         else:
-            if type(k) is Tensor:
+            if isinstance(k, Tensor):
                 if k._dtype.kind == "float":
                     raise DTypeError(f"getitem: index tensors must be int or bool, got "
                                      f"{k._dtype.short}")
@@ -358,7 +358,7 @@ def setitem(x, key, value):
 def _promote_all(op, tensors):
     Tensor = _tensor_type()
     for k, t in enumerate(tensors):
-        if type(t) is not Tensor:
+        if not isinstance(t, Tensor):
             raise DTypeError(f"{op}: element {k} is a {type(t).__name__}, not a Tensor")
     d = tensors[0]._dtype
     for t in tensors[1:]:
@@ -481,7 +481,7 @@ def select_assign(x, dim: int, index, values):
     """With an int ``index``: ``x`` with the slice at ``index`` of ``dim`` replaced by
     ``values`` (torch.select_scatter). With an index tensor: Burn's select_assign, which
     adds ``values`` at those indices (an ``index_add``)."""
-    if type(index) is _dispatch.Tensor or isinstance(index, (list, tuple, np.ndarray)):
+    if isinstance(index, _dispatch.Tensor) or isinstance(index, (list, tuple, np.ndarray)):
         return index_add(x, dim, index, values)
     s = x._shape
     d = canonical_dim("select_assign", dim, len(s))

@@ -14,7 +14,7 @@ _check_inner = L.check_inner
 
 def _require_tensors(op, a, b):
     T = dispatch.Tensor
-    if type(a) is not T or type(b) is not T:
+    if not isinstance(a, T) or not isinstance(b, T):
         raise DTypeError(f"{op}: expects two Tensors, got {type(a).__name__} and "
                          f"{type(b).__name__}")
 
@@ -83,7 +83,7 @@ def linear(x, weight, bias=None):
                          f"must be in_features = {ws[0]}")
     out = matmul(x, weight)
     if bias is not None:
-        if type(bias) is not dispatch.Tensor or bias._shape not in ((ws[1],), (1,), ()):
+        if not isinstance(bias, dispatch.Tensor) or bias._shape not in ((ws[1],), (1,), ()):
             shape = getattr(bias, "_shape", type(bias).__name__)
             raise ShapeError(f"linear: bias must have shape ({ws[1]},) to match weight {ws}, "
                              f"got {shape}")

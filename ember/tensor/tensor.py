@@ -6,7 +6,9 @@ import numpy as np
 
 from .. import dtype as dt
 from ..errors import DeviceError, DTypeError, ShapeError
+from ..backend.base import Device
 from . import dispatch
+from .device import as_device
 from .activation import ActivationMethods
 from .elementwise import ElementwiseMethods
 from .indexing import IndexingMethods
@@ -158,8 +160,8 @@ class Tensor(ElementwiseMethods, ReduceMethods, ShapeMethods, IndexingMethods, L
     def to_device(self, device) -> "Tensor":
         """This tensor's values on ``device`` (a copy through the host for different hardware;
         gradients do not flow across the move)."""
-        from .creation import as_device
-        device = as_device(device)
+        if device.__class__ is not Device:
+            device = as_device(device)
         if device is self._device:
             return self
         src, dst = self._device.backend, device.backend

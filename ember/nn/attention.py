@@ -1,0 +1,241 @@
+"""Multi-head attention with padding and attention masks, and a KV cache for incremental
+decoding.
+
+Mask conventions (Burn's and ``torch.nn.MultiheadAttention``'s): a bool mask is True where
+attention is NOT allowed. ``mask_pad`` ``[batch, seq_k]`` marks padded keys; ``mask_attn``
+``[seq_q, seq_k]`` or ``[batch, seq_q, seq_k]`` marks forbidden (query, key) pairs (a float
+``mask_attn`` is added to the scores instead); ``causal=True`` forbids keys after the query.
+Masked scores are set to the dtype's lowest finite value, so a fully masked row gives
+uniform weights rather than NaN.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import ember as em
+from ember.errors import ConfigError, ShapeError
+
+from ._util import lowest, make_config, positive_int, probability
+from .dropout import Dropout, dropout
+from .linear import Linear
+
+__all__ = ["MultiHeadAttention", "MultiHeadAttentionConfig", "MhaOutput", "MhaCache",
+           "generate_autoregressive_mask", "generate_padding_mask",
+           "scaled_dot_product_attention"]
+
+
+class MhaOutput(NamedTuple):
+    """``context`` ``[batch, seq_q, d_model]`` and the attention ``weights``
+    ``[batch, n_heads, seq_q, seq_k]`` (before dropout: each row sums to 1)."""
+    context: Any
+    weights: Any
+
+
+@dataclass(frozen=True)
+class MhaCache:
+    """The projected keys and values ``[batch, n_heads, seq, d_k]`` seen so far: a value,
+    returned anew by each `MultiHeadAttention.forward_cache` call.
+
+    ``MhaCache()`` (autoregressive self-attention) appends each call's keys and values;
+    ``MhaCache(static=True)`` (cross-attention over a fixed memory) projects them on the
+    first call and reuses them after."""
+    key: Any = None
+    value: Any = None
+    static: bool = False
+
+    @property
+    def length(self) -> int:
+        return 0 if self.key is None else self.key.shape[2]
+
+    def __len__(self):
+        return self.length
+
+
+def generate_autoregressive_mask(seq_length: int, device=None, offset: int = 0):
+    """``[seq_length, offset + seq_length]`` bool, True where key ``j`` comes after query
+    ``i`` (at absolute position ``offset + i``): the causal mask."""
+    from ._util import as_device
+    device = as_device(device)
+    n_k = offset + seq_length
+    j = em.arange(n_k, device=device).reshape(1, n_k)
+    i = (em.arange(seq_length, device=device) + offset).reshape(seq_length, 1)
+    return j > i
+
+
+def generate_padding_mask(lengths, max_length: int | None = None, device=None):
+    """``[batch, max_length]`` bool, True at positions ``>= lengths[b]`` (padding)."""
+    from ._util import as_device
+    device = as_device(device)
+    lengths = [int(n) for n in lengths]
+    max_length = max(lengths) if max_length is None else int(max_length)
+    pos = em.arange(max_length, device=device).reshape(1, max_length)
+    return pos >= em.tensor(lengths, device=device).reshape(len(lengths), 1)
+
+
+def _apply_masks(scores, mask_pad, mask_attn, causal, offset):
+    """``scores`` [B, H, Lq, Lk] with the masks applied."""
+    b, _, lq, lk = scores.shape
+    fill = lowest(scores.dtype)
+    if mask_pad is not None:
+        if mask_pad.ndim != 2 or tuple(mask_pad.shape) != (b, lk):
+            raise ShapeError(f"attention: mask_pad {tuple(mask_pad.shape)} must be "
+                             f"[batch, seq_k] = ({b}, {lk})")
+        scores = scores.mask_fill(mask_pad.reshape(b, 1, 1, lk), fill)
+    if mask_attn is not None:
+        s = tuple(mask_attn.shape)
+        if s == (lq, lk):
+            m = mask_attn.reshape(1, 1, lq, lk)
+        elif s == (b, lq, lk):
+            m = mask_attn.reshape(b, 1, lq, lk)
+        elif s == (b, scores.shape[1], lq, lk):
+            m = mask_attn
+        else:
+            raise ShapeError(f"attention: mask_attn {s} must be [seq_q, seq_k] = ({lq}, {lk}), "
+                             f"[batch, seq_q, seq_k] or [batch, n_heads, seq_q, seq_k]")
+        if m.dtype == em.bool:
+            scores = scores.mask_fill(m, fill)
+        else:
+            scores = scores + m.cast(scores.dtype)
+    if causal:
+        scores = scores.mask_fill(_causal_any(lq, lk, offset, scores.device), fill)
+    return scores
+
+
+def _causal_any(lq, lk, offset, device):
+    j = em.arange(lk, device=device).reshape(1, lk)
+    i = (em.arange(lq, device=device) + offset).reshape(lq, 1)
+    return j > i
+
+
+def quiet_softmax(x, dim: int = -1):
+    """Softmax with an extra zero logit (``exp(x) / (1 + sum(exp(x)))``): a head may attend
+    to nothing."""
+    m = x.max(dim, keepdim=True).detach().clamp(min=0.0)
+    e = (x - m).exp()
+    return e / (e.sum(dim, keepdim=True) + (-m).exp())
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale: float | None = None,
+                                 training: bool = True):
+    """``softmax(q @ k^T * scale + mask) @ v`` over ``[..., L, E]`` inputs, with PyTorch's
+    conventions: a bool ``attn_mask`` is True where attention IS allowed (a float one is
+    added), ``is_causal`` masks keys after each query (top-left aligned), ``scale``
+    defaults to ``1/sqrt(E)``; dropout on the weights when ``training``."""
+    e = query.shape[-1]
+    scale = 1.0 / math.sqrt(e) if scale is None else float(scale)
+    scores = (query @ key.transpose()) * scale
+    fill = lowest(scores.dtype)
+    lq, lk = scores.shape[-2], scores.shape[-1]
+    if is_causal:
+        scores = scores.mask_fill(_causal_any(lq, lk, 0, scores.device), fill)
+    if attn_mask is not None:
+        if attn_mask.dtype == em.bool:
+            scores = scores.mask_fill(~attn_mask, fill)
+        else:
+            scores = scores + attn_mask.cast(scores.dtype)
+    weights = em.softmax(scores, -1)
+    weights = dropout(weights, dropout_p, training and dropout_p > 0)
+    return weights @ value
+
+
+class MultiHeadAttention(em.Module):
+    """Multi-head attention (Vaswani et al.) with ``n_heads`` heads of size
+    ``d_model / n_heads``; ``query``, ``key``, ``value`` and ``output`` are `Linear` layers.
+
+    ``mha(query, key=None, value=None, mask_pad=None, mask_attn=None, causal=False)``
+    returns an `MhaOutput` ``(context, weights)``; ``key`` and ``value`` default to
+    ``query`` (self-attention). Inputs are ``[batch, seq, d_model]``. With ``causal``,
+    query ``i`` sees keys ``j <= i + seq_k - seq_q`` (the queries are the last positions).
+    Dropout applies to the attention weights in training. ``quiet_softmax`` adds a zero
+    logit to each row."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.1, bias: bool = True,
+                 quiet_softmax: bool = False, *, device=None, initializer=None):
+        self.d_model = positive_int("MultiHeadAttention", "d_model", d_model)
+        self.n_heads = positive_int("MultiHeadAttention", "n_heads", n_heads)
+        if d_model % n_heads:
+            raise ConfigError(f"MultiHeadAttention: n_heads {n_heads} must divide d_model "
+                              f"{d_model}")
+        self.d_k = d_model // n_heads
+        self.quiet_softmax = bool(quiet_softmax)
+        kw = {"device": device, "initializer": initializer}
+        self.query = Linear(d_model, d_model, bias, **kw)
+        self.key = Linear(d_model, d_model, bias, **kw)
+        self.value = Linear(d_model, d_model, bias, **kw)
+        self.output = Linear(d_model, d_model, bias, **kw)
+        self.dropout = Dropout(probability("MultiHeadAttention", "dropout", dropout))
+
+    def extra_repr(self):
+        return f"d_model={self.d_model}, n_heads={self.n_heads}"
+
+    def _heads(self, x, linear, what):
+        if x.ndim != 3 or x.shape[-1] != self.d_model:
+            raise ShapeError(f"MultiHeadAttention: {what} must be [batch, seq, "
+                             f"{self.d_model}], got {tuple(x.shape)}")
+        b, n, _ = x.shape
+        return linear(x).reshape(b, n, self.n_heads, self.d_k).swap_dims(1, 2)
+
+    def _attend(self, q, k, v, mask_pad, mask_attn, causal, offset):
+        scores = (q @ k.transpose()) * (1.0 / math.sqrt(self.d_k))
+        scores = _apply_masks(scores, mask_pad, mask_attn, causal, offset)
+        weights = quiet_softmax(scores, -1) if self.quiet_softmax else em.softmax(scores, -1)
+        ctx = self.dropout(weights) @ v
+        b, _, lq, _ = ctx.shape
+        ctx = ctx.swap_dims(1, 2).reshape(b, lq, self.d_model)
+        return MhaOutput(self.output(ctx), weights)
+
+    def forward(self, query, key=None, value=None, mask_pad=None, mask_attn=None,
+                causal: bool = False) -> MhaOutput:
+        key = query if key is None else key
+        value = key if value is None else value
+        q = self._heads(query, self.query, "query")
+        k = self._heads(key, self.key, "key")
+        v = self._heads(value, self.value, "value")
+        if k.shape[2] != v.shape[2] or k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0]:
+            raise ShapeError(f"MultiHeadAttention: query {tuple(query.shape)}, key "
+                             f"{tuple(key.shape)} and value {tuple(value.shape)} must share "
+                             f"the batch, and key and value the sequence length")
+        return self._attend(q, k, v, mask_pad, mask_attn, causal, k.shape[2] - q.shape[2])
+
+    def forward_cache(self, query, cache: MhaCache | None = None, key=None, value=None,
+                      mask_pad=None, mask_attn=None, causal: bool | None = None):
+        """Attention for the new positions in ``query`` given a `MhaCache` of earlier keys
+        and values; returns ``(MhaOutput, new_cache)``.
+
+        With an autoregressive cache (the default), the new keys and values (from ``key``
+        and ``value``, defaulting to ``query``) are appended, and each new query sees the
+        keys up to its own position (``causal`` defaults to True); feeding a sequence one
+        chunk at a time gives the same outputs as one causal ``forward``. With
+        ``MhaCache(static=True)`` the keys and values are projected from ``key``/``value``
+        on the first call and reused. ``mask_pad``/``mask_attn`` cover all cached keys."""
+        cache = MhaCache() if cache is None else cache
+        q = self._heads(query, self.query, "query")
+        if cache.static:
+            if cache.key is None:
+                if key is None:
+                    raise ShapeError("MultiHeadAttention.forward_cache: a static cache's "
+                                     "first call needs the key (the memory)")
+                value = key if value is None else value
+                cache = MhaCache(self._heads(key, self.key, "key"),
+                                 self._heads(value, self.value, "value"), True)
+            out = self._attend(q, cache.key, cache.value, mask_pad, mask_attn, bool(causal),
+                               cache.length - q.shape[2])
+            return out, cache
+        key = query if key is None else key
+        value = key if value is None else value
+        k = self._heads(key, self.key, "key")
+        v = self._heads(value, self.value, "value")
+        if cache.key is not None:
+            k = em.cat([cache.key, k], 2)
+            v = em.cat([cache.value, v], 2)
+        new = MhaCache(k, v, False)
+        offset = cache.length
+        out = self._attend(q, k, v, mask_pad, mask_attn, True if causal is None else causal,
+                           offset)
+        return out, new
+
+
+MultiHeadAttentionConfig = make_config(MultiHeadAttention)

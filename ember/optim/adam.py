@@ -1,0 +1,122 @@
+"""Adam (with L2 weight decay, optionally decoupled) and AdamW (decoupled weight decay), with
+AMSGrad; ``torch.optim.Adam``/``AdamW`` semantics."""
+from __future__ import annotations
+
+import math
+
+import ember as em
+from ember.errors import ConfigError
+
+from .base import Optimizer, check_range, clipping_from_config, config_decorator
+
+__all__ = ["Adam", "AdamW", "AdamConfig", "AdamWConfig"]
+
+
+class Adam(Optimizer):
+    """``m = b1 m + (1 - b1) g``, ``v = b2 v + (1 - b2) g^2`` (``v_max = max(v_max, v)`` with
+    ``amsgrad``), ``w -= lr / (1 - b1^t) * m / (sqrt(v / (1 - b2^t)) + eps)``.
+
+    ``weight_decay`` adds ``weight_decay * w`` to the gradient (L2), or with
+    ``decoupled_weight_decay=True`` scales ``w`` by ``1 - lr * weight_decay`` first (AdamW).
+    """
+
+    _defaults = {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0, "amsgrad": False,
+                 "decoupled_weight_decay": False}
+    _fields = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+
+    def _check(self, hp):
+        who = type(self).__name__
+        betas = hp["betas"]
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise ConfigError(f"{who}: betas must be a pair (beta1, beta2), got {betas!r}")
+        hp["betas"] = (check_range(who, "beta1", betas[0], 0.0, 1.0),
+                       check_range(who, "beta2", betas[1], 0.0, 1.0))
+        hp["eps"] = check_range(who, "eps", hp["eps"], 0.0)
+        hp["weight_decay"] = check_range(who, "weight_decay", hp["weight_decay"], 0.0)
+        hp["amsgrad"] = bool(hp["amsgrad"])
+        hp["decoupled_weight_decay"] = bool(hp["decoupled_weight_decay"])
+        return hp
+
+    def _prepare(self, lr, hp):
+        b1, b2 = hp["betas"]
+        wd = hp["weight_decay"]
+        decoupled = hp["decoupled_weight_decay"]
+        return (lr, b1, b2, 1.0 - b1, 1.0 - b2, hp["eps"], 0.0 if decoupled else wd,
+                1.0 - lr * wd if decoupled and wd else 1.0, hp["amsgrad"])
+
+    def _update(self, w, g, rec, c):
+        lr, b1, b2, k1, k2, eps, l2, decay, amsgrad = c
+        if l2:
+            g = g + w * l2
+        if rec is None:
+            t = 1
+            m = g * k1
+            v = (g * g) * k2
+            vmax = v if amsgrad else None
+        else:
+            t = rec[0] + 1
+            m = rec[2] * b1 + g * k1
+            v = rec[3] * b2 + (g * g) * k2
+            if amsgrad:
+                vmax = v if rec[4] is None else em.maximum(rec[4], v)
+            else:
+                vmax = None
+        # lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps) == (lr*sqrt(bc2)/bc1) * m / (sqrt(v) +
+        # eps*sqrt(bc2)): the bias corrections fold into two scalars, saving a tensor pass
+        s2 = math.sqrt(1.0 - b2 ** t)
+        denom = (v if vmax is None else vmax).sqrt() + eps * s2
+        upd = m / denom * (lr * s2 / (1.0 - b1 ** t))
+        w = (w * decay if decay != 1.0 else w) - upd
+        return w, (t, w.device, m, v, vmax)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter): ``w *= 1 - lr * weight_decay``
+    before the Adam step. ``weight_decay`` defaults to 0.01 as in PyTorch."""
+
+    _defaults = {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01, "amsgrad": False}
+
+    def _check(self, hp):
+        return super()._check({**hp, "decoupled_weight_decay": True})
+
+
+@config_decorator()
+class AdamConfig:
+    """Settings of `Adam`; ``AdamConfig(betas=(0.9, 0.98)).init()`` builds one."""
+    lr: float | None = None
+    betas: tuple = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    amsgrad: bool = False
+    decoupled_weight_decay: bool = False
+    grad_clip_norm: float | None = None
+    grad_clip_value: float | None = None
+
+    def init(self, groups=()) -> Adam:
+        return Adam(self.lr, betas=tuple(self.betas), eps=self.eps,
+                    weight_decay=self.weight_decay, amsgrad=self.amsgrad,
+                    decoupled_weight_decay=self.decoupled_weight_decay, groups=groups,
+                    grad_clipping=clipping_from_config(self.grad_clip_norm,
+                                                       self.grad_clip_value))
+
+
+@config_decorator()
+class AdamWConfig:
+    """Settings of `AdamW`; ``AdamWConfig(weight_decay=0.1).init()`` builds one."""
+    lr: float | None = None
+    betas: tuple = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.01
+    amsgrad: bool = False
+    grad_clip_norm: float | None = None
+    grad_clip_value: float | None = None
+
+    def init(self, groups=()) -> AdamW:
+        return AdamW(self.lr, betas=tuple(self.betas), eps=self.eps,
+                     weight_decay=self.weight_decay, amsgrad=self.amsgrad, groups=groups,
+                     grad_clipping=clipping_from_config(self.grad_clip_norm,
+                                                        self.grad_clip_value))
+
+
+Adam._config_cls = AdamConfig
+AdamW._config_cls = AdamWConfig
