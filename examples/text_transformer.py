@@ -10,7 +10,7 @@ real (non-padding) tokens, and a `nn.Linear` to two logits. Sentences have diffe
 lengths: a custom batcher pads them and passes the padding mask, which both the attention
 (`mask_pad`) and the pooling respect. Trained with the `Learner`.
 
-    python examples/text_transformer.py                 # 12 epochs, about 95%+ accuracy
+    python examples/text_transformer.py                 # 10 epochs, about 99% accuracy
     python examples/text_transformer.py --epochs 1 --limit 300 --renderer plain
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ MAX_LEN = 16
 
 def make_sentences(n: int, seed: int) -> list[tuple[list[int], int]]:
     """``n`` items ``(token ids, label)``: filler words around one sentiment word, maybe
-    negated by a "not" right before it, maybe with a harmless "not" somewhere after it.
+    negated by a "not" right before it, maybe with a harmless "not" somewhere else.
     Label 1 = positive meaning."""
     rng = np.random.default_rng(seed)
     out = []
@@ -48,9 +48,10 @@ def make_sentences(n: int, seed: int) -> list[tuple[list[int], int]]:
         negated = bool(rng.integers(2))
         at = int(rng.integers(0, len(words) + 1))
         words[at:at] = ["not", sentiment] if negated else [sentiment]
-        if rng.random() < 0.5:               # a "not" that negates nothing: after the word
+        if rng.random() < 0.5:               # a "not" that negates nothing
             s = at + negated                 # where the sentiment word is
-            words.insert(int(rng.integers(s + 1, len(words) + 1)), "not")
+            free = [k for k in range(len(words) + 1) if k not in (s - negated, s)]
+            words.insert(int(rng.choice(free)), "not")
         words = words[:MAX_LEN]
         out.append(([INDEX[w] for w in words], int(positive != negated)))
     return out
@@ -85,10 +86,11 @@ class TextClassifier(em.Module, ClassificationModel):
                                              dropout, norm_first=True, device=device)
         self.norm = nn.LayerNorm(d_model, device=device)
         self.head = nn.Linear(d_model, 2, device=device)
-        self.scale = float(d_model) ** 0.5
 
     def forward(self, tokens, mask_pad):
-        x = self.pos(self.embed(tokens) * self.scale)      # [B, L, D]
+        # The embeddings start N(0, 1), as large as the sinusoids, so they are not scaled
+        # up by sqrt(d_model) (which would drown the positions the task depends on).
+        x = self.pos(self.embed(tokens))                    # [B, L, D]
         x = self.norm(self.encoder(x, mask_pad=mask_pad))  # padding keys are not attended
         keep = (~mask_pad).float().unsqueeze(-1)           # [B, L, 1]: 1 at real tokens
         pooled = (x * keep).sum(dim=1) / keep.sum(dim=1)   # mean over real tokens: [B, D]
@@ -104,11 +106,11 @@ class TextClassifier(em.Module, ClassificationModel):
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--epochs", type=int, default=12)
-    p.add_argument("--sentences", type=int, default=2000)
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--sentences", type=int, default=4000)
     p.add_argument("--limit", type=int, default=None, help="train on N sentences only")
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--renderer", default="auto", choices=["auto", "plain", "dashboard", "none"])
     args = p.parse_args(argv)

@@ -154,6 +154,15 @@ class DataLoader:
                                _resolve_device(self.device), epoch, self.num_workers,
                                self.prefetch)
 
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def __repr__(self) -> str:
         return (f"DataLoader({self.dataset!r}, batch_size={self.batch_size}, "
                 f"batches={len(self)}, shuffle={self.shuffle}, seed={self.seed}, "
@@ -257,7 +266,10 @@ class _LoaderIterator:
             for f in self._pending:
                 f.cancel()
             self._pending.clear()
-            pool.shutdown(wait=True, cancel_futures=True)
+            # the garbage collector may drop this iterator in one of its own workers, which
+            # cannot join itself; the others still stop
+            own = threading.current_thread() in getattr(pool, "_threads", ())
+            pool.shutdown(wait=not own, cancel_futures=True)
 
     def __enter__(self):
         return self

@@ -69,6 +69,8 @@ def _to_plain(v):
         return [_to_plain(x) for x in v]
     if isinstance(v, Path):
         return str(v)
+    if callable(getattr(v, "to_dict", None)) and not isinstance(v, type):
+        return v.to_dict()   # a value type with its own JSON form (e.g. nn.Initializer)
     if hasattr(v, "name") and hasattr(type(v), "__members__"):  # Enum
         return v.value
     return v
@@ -93,6 +95,9 @@ def _from_plain(tp, v, where: str):
             raise ConfigError(f"{where}: expected an object for config {tp.__name__}, got "
                               f"{type(v).__name__} {v!r}")
         return _from_dict(tp, v, where)
+    if isinstance(tp, type) and isinstance(v, dict) and callable(getattr(tp, "from_dict", None)):
+        # a value type with its own JSON form (e.g. nn.Initializer)
+        return v if isinstance(v, tp) else tp.from_dict(v)
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):

@@ -68,9 +68,8 @@ def _fans(shape, fan_in, fan_out):
 
 
 class Initializer:
-    # marks initializers as config values, so a config holding one saves it with to_dict()
-    __ember_config__ = True
-    """Base class of the initializers (each one a frozen dataclass)."""
+    """Base class of the initializers (each one a frozen dataclass). Configs save one with
+    its ``to_dict`` and load it with ``from_dict``, so it can be a config field."""
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)

@@ -154,3 +154,20 @@ def test_decorator_with_options():
     with pytest.raises(dataclasses.FrozenInstanceError):
         f.a = 2
     assert F.from_dict({"a": 3}).a == 3
+
+
+def test_a_value_type_with_its_own_json_form_is_a_config_field():
+    """Fields typed as a value class with ``to_dict``/``from_dict`` (nn.Initializer) round-trip,
+    whether typed as the base class or a concrete one."""
+    from ember import nn
+    from ember.nn import initializer as I
+
+    @em.config
+    class LayerCfg:
+        weight_init: nn.Initializer
+        bias_init: I.KaimingUniform = None
+
+    cfg = LayerCfg(I.Normal(0.0, 0.5), I.KaimingUniform(gain=2.0))
+    back = LayerCfg.from_json(cfg.to_json())
+    assert back == cfg
+    assert type(back.weight_init) is I.Normal and back.weight_init.std == 0.5
