@@ -17,7 +17,8 @@ Contenders, per model:
 - ``torch eager``: PyTorch CPU eager, the usual ``zero_grad``/``backward``/``step`` loop;
 - ``ember Learner``: the same model trained by ``ember.train.Learner`` (DataLoader,
   ClassificationBatcher, loss and accuracy metrics, no renderer, no checkpoints): what the
-  Learner costs on top of the loop.
+  Learner costs on top of the loop. It runs after the two loops (not interleaved), from
+  the same initial weights, in the DataLoader's own seeded order.
 
 The loops of ember and PyTorch alternate epoch by epoch, so a slower or faster moment of the
 machine falls on both. Each epoch is timed (training only; validation runs afterwards,
@@ -99,14 +100,13 @@ def _inputs(model: str, x: np.ndarray) -> np.ndarray:
 
 # -- ember models ---------------------------------------------------------------------------
 def ember_cnn_class():
-    """The CNN of `ember demo`: taken from where the demo defines it (ember.train's digits
-    example model) when it is importable, else the identical definition below."""
-    for modname, attr in (("ember.cli.demo", "DigitsCNN"), ("ember.train.demo", "DigitsCNN")):
-        try:
-            mod = __import__(modname, fromlist=[attr])
-            return getattr(mod, attr), f"{modname}.{attr}"
-        except (ImportError, AttributeError):
-            continue
+    """The CNN of `ember demo` (``ember.cli.demo._model_class()``, 16 and 32 channels), or,
+    should that move, the identical definition below."""
+    try:
+        from ember.cli.demo import _model_class
+        return _model_class(), "the model of `ember demo` (ember/cli/demo.py)"
+    except (ImportError, AttributeError):
+        pass
     import ember as em
     from ember import nn
 
@@ -215,6 +215,11 @@ def check_same_function(torch, model: str, ember_model, net, data) -> float:
 
 
 # -- contenders: each is an object with run_epoch(order) -> mean loss, accuracy() ----------
+def _warmup_batches(n: int, batch_size: int, steps: int) -> list:
+    """Index arrays of ``steps`` full batches, cycling through the ``n`` samples."""
+    return [np.arange(s * batch_size, (s + 1) * batch_size) % n for s in range(steps)]
+
+
 class EmberLoop:
     """ember Autodiff(NdArray) in a plain loop (examples/custom_loop.py)."""
 
@@ -238,8 +243,7 @@ class EmberLoop:
     def warmup(self, steps: int) -> None:
         from ember import optim
         model, opt = self.model, optim.Adam(lr=self.lr)   # thrown away afterwards
-        for s in range(steps):
-            i = slice(s * self.bs, (s + 1) * self.bs)
+        for i in _warmup_batches(len(self.y), self.bs, steps):
             model, _ = self._step(model, opt, self.x[i], self.y[i])
 
     def run_epoch(self, order) -> float:
@@ -280,8 +284,7 @@ class TorchLoop:
     def warmup(self, steps: int) -> None:
         net = copy.deepcopy(self.net)
         opt = self.torch.optim.Adam(net.parameters(), lr=self.lr)
-        for s in range(steps):
-            i = slice(s * self.bs, (s + 1) * self.bs)
+        for i in _warmup_batches(len(self.y), self.bs, steps):
             self._step(net, opt, self.x[i], self.y[i])
 
     def run_epoch(self, order) -> float:
@@ -342,8 +345,7 @@ def run_learner(model: str, data, batch_size: int, lr: float, epochs: int, seed:
     from ember.data import DataLoader, InMemoryDataset, ClassificationBatcher
     from ember.train import ClassificationModel, Learner
 
-    base, _ = make_ember_model(model, None)
-    cls = base.__class__
+    cls, _ = ember_cnn_class() if model == "cnn" else ember_mlp_class()
     if not issubclass(cls, ClassificationModel):
         cls = type(cls.__name__, (cls, ClassificationModel), {})
     dev = em.device("cpu").autodiff()
@@ -477,10 +479,17 @@ def report(res: dict) -> str:
                          f"{(f'{ratio:.2f}x' if ratio is not None else ''):>9}"
                          f"{_fmt(loss, '9.4f')}{_fmt(c['val_accuracy'], '9.1%')}{verdict}")
         if "ember_model" in r:
-            extra = f", max |logit diff| with the same weights {r['max_logit_diff_same_weights']:.1e}" \
-                if "max_logit_diff_same_weights" in r else ""
+            d = r.get("max_logit_diff_same_weights")
+            extra = f", max |logit diff| with the same weights {d:.1e}" if d is not None \
+                else ""
             lines.append(f"  {'':<6}({r['ember_model']}, {r['num_params']} params{extra})")
-    lines.append("  (loss: mean training loss of the last epoch; val acc: on the validation "
+    lines.append("  (ember loop: Autodiff(NdArray) in a plain loop, backward + "
+                 "GradientsParams.from_grads + Adam.step;")
+    lines.append("   torch eager: zero_grad + backward + Adam.step; the two alternate epoch by "
+                 "epoch from the same weights")
+    lines.append("   on the same batches; ember Learner: the same model through "
+                 "ember.train.Learner, run afterwards;")
+    lines.append("   loss: mean training loss of the last epoch; val acc: on the validation "
                  "split after training)")
     for name, why in res["absent"].items():
         lines.append(f"  absent: {name}: {why}")

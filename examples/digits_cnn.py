@@ -30,7 +30,8 @@ from ember.train import Accuracy, ClassificationModel, Learner, Loss
 # (images, targets) from a batch, call `forward`, and score the logits with cross-entropy.
 class DigitsCNN(em.Module, ClassificationModel):
     """conv 3x3 -> relu -> max-pool, twice ([1, 8, 8] -> [c1, 4, 4] -> [c2, 2, 2]), then
-    dropout and a linear layer to the 10 class logits."""
+    dropout and a linear layer to the 10 class logits: the network `ember demo` trains,
+    with dropout added."""
 
     def __init__(self, channels: tuple[int, int] = (16, 32), dropout: float = 0.1, *,
                  device=None):
@@ -39,13 +40,13 @@ class DigitsCNN(em.Module, ClassificationModel):
         self.conv2 = nn.Conv2d(c1, c2, 3, padding=1, device=device)
         self.pool = nn.MaxPool2d(2)
         self.dropout = nn.Dropout(dropout)      # active in training, off after .valid()
-        self.head = nn.Linear(c2 * 2 * 2, 10, device=device)
+        self.fc = nn.Linear(c2 * 2 * 2, 10, device=device)
 
     def forward(self, images):                  # images: [batch, 1, 8, 8]
         x = self.pool(self.conv1(images).relu())
         x = self.pool(self.conv2(x).relu())
         x = x.reshape(x.shape[0], -1)           # [batch, c2 * 2 * 2]
-        return self.head(self.dropout(x))       # logits: [batch, 10]
+        return self.fc(self.dropout(x))         # logits: [batch, 10]
 
 
 # A config is a dataclass that saves to and loads from JSON; `init(device)` builds the model,

@@ -17,14 +17,29 @@ def _parser() -> argparse.ArgumentParser:
                                        "versions, CPU")
     info.add_argument("--json", action="store_true", help="print the report as JSON")
 
-    demo = sub.add_parser("demo", help="train a small MLP on the bundled 8x8 digits")
-    demo.add_argument("--epochs", type=int, default=20, help="passes over the training set "
-                                                            "(default 20)")
+    demo = sub.add_parser(
+        "demo", help="train a small CNN on the bundled 8x8 digits with the Learner",
+        description="Train a small CNN on the bundled 8x8 digits with ember.train.Learner "
+                    "(a dashboard when stdout is a terminal: left/right switch the metric, q "
+                    "stops with a checkpoint saved), then classify a few held-out digits.")
+    demo.add_argument("--epochs", type=int, default=8, help="passes over the training set "
+                                                           "(default 8)")
     demo.add_argument("--batch-size", type=int, default=32, help="samples per step (default 32)")
-    demo.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
-    demo.add_argument("--hidden", type=int, default=64, help="hidden units (default 64)")
+    demo.add_argument("--lr", type=float, default=0.01, help="peak learning rate of Adam's "
+                                                            "cosine schedule (default 0.01)")
+    demo.add_argument("--channels", type=int, default=16, help="channels of the first "
+                                                              "convolution (default 16)")
     demo.add_argument("--seed", type=int, default=0, help="seed of the split, the "
                                                          "initialization and the shuffling")
+    demo.add_argument("--plain", action="store_true", help="one line per epoch instead of "
+                                                          "the dashboard")
+    demo.add_argument("--artifact-dir", default=None, metavar="DIR",
+                      help="checkpoints, metric logs and the summary (default: "
+                           "ember-demo-<user> in the temporary directory)")
+    demo.add_argument("--resume", action="store_true", help="continue from the latest "
+                                                           "checkpoint in the artifact dir")
+    demo.add_argument("--samples", type=int, default=8, help="held-out digits to classify at "
+                                                            "the end (default 8)")
     return p
 
 
@@ -45,15 +60,22 @@ def _run(argv):
         from .info import run_info
         return run_info(as_json=args.json)
     if args.command == "demo":
-        from .demo import run_demo
-        for name in ("epochs", "batch_size", "hidden"):
+        from .demo import default_artifact_dir, run_demo
+        for name in ("epochs", "batch_size", "channels"):
             if getattr(args, name) < 1:
                 parser.error(f"demo: --{name.replace('_', '-')} must be >= 1")
         if not args.lr > 0:
             parser.error("demo: --lr must be > 0")
-        run_demo(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                 hidden=args.hidden, seed=args.seed)
-        return 0
+        if args.samples < 0:
+            parser.error("demo: --samples must be >= 0")
+        try:
+            return run_demo(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+                            channels=args.channels, seed=args.seed, plain=args.plain,
+                            artifact_dir=args.artifact_dir or default_artifact_dir(),
+                            resume=args.resume, samples=args.samples)
+        except KeyboardInterrupt:       # a second Ctrl-C: abort at once
+            print("\ninterrupted", file=sys.stderr)
+            return 130
     parser.print_help()
     return 2
 

@@ -121,6 +121,11 @@ def _set_loader_epoch(loader, epoch: int) -> None:
         fn(epoch - 1)
 
 
+def _loader_seed(loader):
+    seed = getattr(loader, "seed", None)
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+
+
 def _mix_seed(seed: int, *parts: int) -> int:
     h = seed & 0xFFFFFFFFFFFFFFFF
     for p in parts:
@@ -222,12 +227,18 @@ class Learner:
         self._critical = False
         self._pending_interrupt = False
         self.result: TrainingResult | None = None
+        self._fitted = False
 
     # -- public controls -------------------------------------------------------------------
     def stop(self) -> None:
         """Ask the loop to stop after the current step (thread-safe); it saves a checkpoint
         and `fit` returns with ``summary.stopped == "interrupted"``."""
         self._stop_event.set()
+
+    @property
+    def interrupted_by_signal(self) -> bool:
+        """True when a Ctrl-C (SIGINT) stopped the last `fit`."""
+        return self._sigint_count > 0
 
     @property
     def checkpoint_dir(self) -> str | None:
@@ -246,6 +257,11 @@ class Learner:
             self.valid_loader = valid_loader
         if self.train_loader is None:
             raise ValueError("Learner.fit: no train_loader (give it to Learner(...) or fit())")
+        if self._fitted and not self.resume:
+            raise RuntimeError("Learner.fit: this learner has trained already (its optimizer "
+                               "and schedule moved on); build a new Learner, or set "
+                               "learner.resume = True to continue from its checkpoints")
+        self._fitted = True
         self._stop_event.clear()
         self._sigint_count = 0
         self._pending_interrupt = False
@@ -404,10 +420,11 @@ class Learner:
         best_key = None
         best_mode = None
         if ckpt_cfg is not None and ckpt_cfg.best_metric is not None:
-            ms = train_metrics if ckpt_cfg.best_split == "train" else valid_metrics
+            split = ckpt_cfg.best_split if valid_metrics else "train"
+            ms = train_metrics if split == "train" else valid_metrics
             m = next((m for m in ms if m.name == ckpt_cfg.best_metric), None)
             if m is not None:
-                best_key = (ckpt_cfg.best_split, ckpt_cfg.best_metric)
+                best_key = (split, ckpt_cfg.best_metric)
                 best_mode = ckpt_cfg.mode or ("max" if m.higher_is_better else "min")
 
         # resume or start fresh
@@ -441,6 +458,11 @@ class Learner:
                 resumed_from = info.name
                 if st.get("seed") is not None and self.seed is None:
                     self.seed = st["seed"]
+                # the shuffle order of the epochs to come is the one the run started with
+                # (a loader built with seed=None draws a new seed in every process)
+                saved = st.get("loader_seed")
+                if saved is not None and _loader_seed(self.train_loader) not in (None, saved):
+                    self.train_loader.seed = saved
                 # drop checkpoints that lie after the one resumed from, and their logs
                 for c in checkpointer.list():
                     if c.order > info.order:
@@ -449,11 +471,7 @@ class Learner:
                     logger.clear_epoch_dirs_after(split, start_epoch if phase != "train" or
                                                   start_step else start_epoch - 1)
             else:
-                for sub in ("checkpoint", "train", "valid"):
-                    shutil.rmtree(os.path.join(self.artifact_dir, sub), ignore_errors=True)
-                for fn in ("summary.txt", "summary.json"):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(os.path.join(self.artifact_dir, fn))
+                _clean_artifacts(self.artifact_dir)
 
         n_train = _loader_len(self.train_loader)
         self._n_train = n_train
@@ -468,6 +486,7 @@ class Learner:
             on_start(start_event)
 
         self._state = {"model": model, "global_step": global_step}
+        self._resumed_from = resumed_from
         stopped = "finished"
         last_ckpt = None
         best_ckpt = None
@@ -558,11 +577,17 @@ class Learner:
             stopped = "interrupted"
             if checkpointer is not None and ckpt_cfg is not None:
                 last_ckpt = self._save_partial(checkpointer, history, train_metrics)
+                if last_ckpt is None:
+                    latest = checkpointer.latest()
+                    last_ckpt = latest.path if latest else None
         except KeyboardInterrupt:
             stopped = "interrupted"
             if checkpointer is not None and ckpt_cfg is not None:
                 with contextlib.suppress(Exception):
                     last_ckpt = self._save_partial(checkpointer, history, train_metrics)
+                if last_ckpt is None:
+                    latest = checkpointer.latest()
+                    last_ckpt = latest.path if latest else None
             self._finish(renderer, history, epochs_done, stopped, t_start, best_key,
                          best_mode, last_ckpt, best_ckpt)
             raise
@@ -575,14 +600,14 @@ class Learner:
         summary = TrainingSummary(
             history=history, num_epochs=self.num_epochs, epochs_done=epochs_done,
             stopped=stopped, seconds=time.perf_counter() - t_start, best_metric=best_key,
-            best=best, last_checkpoint=last_ckpt, best_checkpoint=best_ckpt)
+            best=best, last_checkpoint=last_ckpt, best_checkpoint=best_ckpt,
+            resumed_from=self._resumed_from)
         if self.artifact_dir is not None:
             with contextlib.suppress(OSError):
                 summary.save(self.artifact_dir)
         model = self._state["model"]
         result = TrainingResult(model=model, summary=summary)
         self.result = result
-        self.model = model
         renderer.on_end(summary)
         return result
 
@@ -769,6 +794,7 @@ class Learner:
         st = {"version": _STATE_VERSION, "epoch": epoch, "step": step, "phase": phase,
               "global_step": self._state["global_step"], "num_epochs": self.num_epochs,
               "history": history.to_dict(), "seed": self.seed,
+              "loader_seed": _loader_seed(self.train_loader),
               "grad_accumulation": self.grad_accumulation, "time": time.time()}
         if self.early_stopping is not None:
             st["early_stopping"] = self.early_stopping.state_dict()
@@ -801,7 +827,7 @@ class Learner:
         info = self._save_checkpoint(checkpointer, epoch, step, history, phase=split,
                                      partial=partial)
         logger = getattr(self, "_logger", None)
-        if logger is not None and split == "train":
+        if logger is not None:      # the epoch's training steps so far (all, if in validation)
             with contextlib.suppress(OSError):
                 logger.write_epoch("train", epoch)
         return info.path
@@ -876,6 +902,35 @@ class LearnerBuilder:
 
     def build(self, model, optimizer, lr=None) -> Learner:
         return Learner(model, optimizer, lr, **self._kw)
+
+
+def _clean_artifacts(directory: str) -> None:
+    """Remove what an earlier run of a Learner wrote into ``directory`` (its checkpoints,
+    epoch logs and summary) and nothing else."""
+    import re
+    cdir = os.path.join(directory, "checkpoint")
+    if os.path.isdir(cdir):
+        for fn in os.listdir(cdir):
+            if re.fullmatch(r"epoch-\d+(-step-\d+)?", fn) or fn.startswith((".tmp-", ".old-")):
+                shutil.rmtree(os.path.join(cdir, fn), ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.rmdir(cdir)
+    for split in ("train", "valid"):
+        sdir = os.path.join(directory, split)
+        if not os.path.isdir(sdir):
+            continue
+        for fn in os.listdir(sdir):
+            path = os.path.join(sdir, fn)
+            if re.fullmatch(r"epoch-\d+", fn) and os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            elif fn == "epochs.csv":
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+        with contextlib.suppress(OSError):
+            os.rmdir(sdir)
+    for fn in ("summary.txt", "summary.json"):
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(directory, fn))
 
 
 def _stdout_is_tty() -> bool:

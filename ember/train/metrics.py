@@ -382,8 +382,7 @@ class CpuUse(Metric):
 
     def __init__(self, period: float = 0.5):
         self.period = period
-        self._ps = _psutil(self.name)
-        self._ps.cpu_percent(None)          # the first call only starts the measurement
+        _psutil(self.name).cpu_percent(None)     # the first call only starts the measurement
         self._t = time.perf_counter()
         self._last = math.nan
         super().__init__()
@@ -391,7 +390,7 @@ class CpuUse(Metric):
     def update(self, item, ctx):
         now = ctx.now
         if now - self._t >= self.period or math.isnan(self._last):
-            self._last = float(self._ps.cpu_percent(None))
+            self._last = float(_psutil(self.name).cpu_percent(None))
             self._t = now
             self._add(self._last)
         return self._last
@@ -410,12 +409,16 @@ class CpuMemory(Metric):
         self.system = system
         self.period = period
         self.name = "memory used" if system else "memory"
-        ps = _psutil(self.name)
-        self._read = (lambda: ps.virtual_memory().used) if system else \
-            (lambda p=ps.Process(): p.memory_info().rss)
+        _psutil(self.name)
         self._t = -math.inf
         self._last = math.nan
         super().__init__()
+
+    def _read(self) -> float:
+        ps = _psutil(self.name)
+        if self.system:
+            return ps.virtual_memory().used
+        return ps.Process().memory_info().rss
 
     def update(self, item, ctx):
         if ctx.now - self._t >= self.period:

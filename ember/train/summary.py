@@ -105,6 +105,7 @@ class TrainingSummary:
     best: tuple[int, float] | None = None
     last_checkpoint: str | None = None
     best_checkpoint: str | None = None
+    resumed_from: str | None = None
     extra: dict = field(default_factory=dict)
 
     @property
@@ -140,6 +141,8 @@ class TrainingSummary:
         if self.stopped != "finished":
             head += f" ({self.stopped})"
         head += f", {self.seconds:.1f} s"
+        if self.resumed_from:
+            head += f" (resumed from {self.resumed_from})"
         lines = [head]
         if self.best and self.best_metric:
             split, name = self.best_metric
@@ -164,7 +167,7 @@ class TrainingSummary:
                 "best_metric": list(self.best_metric) if self.best_metric else None,
                 "best": list(self.best) if self.best else None,
                 "last_checkpoint": self.last_checkpoint,
-                "best_checkpoint": self.best_checkpoint,
+                "best_checkpoint": self.best_checkpoint, "resumed_from": self.resumed_from,
                 "history": self.history.to_dict()}
 
     def save(self, directory) -> None:

@@ -78,13 +78,14 @@ class DashboardRenderer(Renderer):
     """The Textual dashboard. ``exit_on_end``: close when training ends (default), or keep
     the final state on screen until ``q``. ``refresh``: seconds between redraws."""
 
-    def __init__(self, *, exit_on_end: bool = True, refresh: float = 0.1,
-                 max_points: int = 100_000):
+    def __init__(self, *, exit_on_end: bool = True, refresh: float = 0.2,
+                 max_points: int = 20_000):
         self.state = DashboardState()
         self.exit_on_end = exit_on_end
         self.refresh = refresh
         self.max_points = max_points
         self.app = None
+        self.interrupted_by_signal = False
 
     # -- the protocol (called in the training thread) ----------------------------------------
     def on_start(self, event: StartEvent) -> None:
@@ -177,6 +178,7 @@ class DashboardRenderer(Renderer):
             # an external SIGINT (kill -INT) asks for a stop, like q; a second one aborts
             def on_sigint(signum, frame, _count=[0]):
                 _count[0] += 1
+                self.interrupted_by_signal = True
                 self.state.stop_requested.set()
                 if _count[0] > 1:
                     raise KeyboardInterrupt
@@ -201,7 +203,26 @@ def _build_app_class():
     from textual.app import App, ComposeResult
     from textual.binding import Binding
     from textual.containers import Horizontal, Vertical
+    from textual.widget import Widget
     from textual.widgets import Footer, Static
+
+    class PlotView(Widget):
+        """The braille chart, drawn at the widget's current size on every render."""
+
+        DEFAULT_CSS = "PlotView { width: 1fr; height: 1fr; }"
+
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.series = []
+
+        def set_series(self, series) -> None:
+            self.series = series
+            self.refresh()
+
+        def render(self):
+            w = max(12, self.content_size.width)
+            h = max(3, self.content_size.height)
+            return braille_plot(self.series, w, h, x_label="epoch")
 
     class _Dashboard(App):
         """The training dashboard (see the module docstring)."""
@@ -209,8 +230,9 @@ def _build_app_class():
         CSS = """
         Screen { layout: vertical; }
         #top { height: 1fr; }
-        #plot { width: 3fr; border: round $accent; padding: 0 1; }
-        #metrics { width: 2fr; min-width: 30; border: round $secondary; padding: 0 1; }
+        #plot { width: 3fr; height: 100%; border: round $accent; padding: 0 1; }
+        #metrics { width: 2fr; min-width: 34; height: 100%; border: round $secondary;
+                   padding: 0 1; }
         #status { height: auto; border: round $primary; padding: 0 1; }
         """
         BINDINGS = [
@@ -270,7 +292,7 @@ def _build_app_class():
         # -- layout ---------------------------------------------------------------------
         def compose(self) -> ComposeResult:
             with Horizontal(id="top"):
-                yield Static(id="plot")
+                yield PlotView(id="plot")
                 yield Static(id="metrics")
             with Vertical(id="status"):
                 yield Static(id="progress")
@@ -349,30 +371,32 @@ def _build_app_class():
         _exiting = False
 
         def _draw_plot(self, name, series, names, kinds):
-            plot = self.query_one("#plot", Static)
+            plot = self.query_one("#plot", PlotView)
             if name is None:
                 plot.border_title = "waiting for the first step..."
-                plot.update("")
+                plot.set_series([])
                 return
             i = names.index(name) + 1
             what = "per step" if self.view == "steps" else "per epoch"
             plot.border_title = f"{name} ({i}/{len(names)}, {what})  \u2190/\u2192 metric, h view"
-            w = max(10, plot.content_size.width)
-            h = max(4, plot.content_size.height)
-            plot.update(braille_plot(
-                [(split, pts, SERIES_COLORS[split]) for split, pts in series.items()],
-                w, h, x_label="epoch"))
+            plot.set_series([(split, pts, SERIES_COLORS[split])
+                             for split, pts in series.items()])
 
         def _draw_metrics(self, names, latest):
-            t = Text()
-            t.append(f"{'':<14}{'train':>12}{'valid':>12}\n", style="bold")
+            t = Text(no_wrap=True, overflow="ellipsis")
+            rows = []
             for n in names:
                 tr = latest.get(("train", n))
                 va = latest.get(("valid", n))
-                style = "bold" if n == self.shown_metric else ""
-                t.append(f"{n[:14]:<14}", style=style)
-                t.append(f"{(tr.formatted if tr else '-'):>12}", style=SERIES_COLORS["train"])
-                t.append(f"{(va.formatted if va else '-'):>12}\n", style=SERIES_COLORS["valid"])
+                rows.append((n, tr.formatted if tr else "-", va.formatted if va else "-"))
+            nw = max([len(r[0]) for r in rows] + [6])
+            vw = max([len(r[1]) for r in rows] + [len(r[2]) for r in rows] + [5]) + 2
+            t.append(f"{'metric':<{nw}}{'train':>{vw}}{'valid':>{vw}}\n", style="bold")
+            for n, tr, va in rows:
+                style = "bold reverse" if n == self.shown_metric else ""
+                t.append(f"{n:<{nw}}", style=style)
+                t.append(f"{tr:>{vw}}", style=SERIES_COLORS["train"])
+                t.append(f"{va:>{vw}}\n", style=SERIES_COLORS["valid"])
             self.query_one("#metrics", Static).update(t)
 
         def _draw_progress(self, p, frac, eta, elapsed, epoch_line, summary, resumed):
@@ -447,18 +471,20 @@ def braille_plot(series, width: int, height: int, *, x_label: str = ""):
     label_w = 9
     pw = max(2, width - label_w - 1)          # plot cells across
     ph = max(1, height - 1)                   # plot cells down (one line for the axis)
-    pts_all = [(x, y) for _, pts, _ in series for x, y in pts
-               if y == y and abs(y) != float("inf")]
+    import numpy as np
+    arrays = []
+    for _, pts, col in series:
+        a = np.asarray(pts, dtype=np.float64).reshape(-1, 2)
+        arrays.append((a[np.isfinite(a).all(axis=1)], col))
     out = Text()
-    if not pts_all:
+    if not any(len(a) for a, _ in arrays):
         for r in range(ph):
             out.append(" " * label_w + "\u2502\n")
         out.append(" " * label_w + "\u2514" + "no values yet")
         return out
-    xs = [p[0] for p in pts_all]
-    ys = [p[1] for p in pts_all]
-    x0, x1 = min(xs), max(xs)
-    y0, y1 = min(ys), max(ys)
+    both = np.concatenate([a for a, _ in arrays if len(a)])
+    x0, x1 = float(both[:, 0].min()), float(both[:, 0].max())
+    y0, y1 = float(both[:, 1].min()), float(both[:, 1].max())
     if x1 == x0:
         x1 = x0 + 1
     if y1 == y0:
@@ -474,18 +500,17 @@ def braille_plot(series, width: int, height: int, *, x_label: str = ""):
             cells[r][c] |= _DOT[py % 4][px % 2]
             color[r][c] = col
 
-    for _, pts, col in series:
-        cols: dict[int, list[float]] = {}
-        for x, y in pts:
-            if not (y == y and abs(y) != float("inf")):
-                continue
-            px = int(round((x - x0) / (x1 - x0) * (W - 1)))
-            cols.setdefault(px, []).append(y)
-        line = []
-        for px in sorted(cols):
-            v = sum(cols[px]) / len(cols[px])
-            py = int(round((y1 - v) / (y1 - y0) * (H - 1)))
-            line.append((px, py))
+    for a, col in arrays:
+        if not len(a):
+            continue
+        # each pixel column: the mean of its points
+        px = np.rint((a[:, 0] - x0) / (x1 - x0) * (W - 1)).astype(np.int64)
+        sums = np.bincount(px, weights=a[:, 1], minlength=W)
+        counts = np.bincount(px, minlength=W)
+        used = np.nonzero(counts)[0]
+        means = sums[used] / counts[used]
+        pys = np.rint((y1 - means) / (y1 - y0) * (H - 1)).astype(np.int64)
+        line = list(zip(used.tolist(), pys.tolist()))
         prev = None
         for px, py in line:
             if prev is None:
