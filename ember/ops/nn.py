@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided
 
 from .. import dtype as dt
 from ..errors import IndexError_, ShapeError
@@ -101,38 +101,34 @@ def _pad(x, lo, hi, nd, value=0.0):
     return np.pad(x, ((0, 0), (0, 0)) + tuple(zip(lo, hi)), constant_values=value)
 
 
-def _channels_last(x, padding, nd):
-    """``[N, *S_padded, C]``: one copy of ``x``, zero-padded, channels innermost (so the
-    column copy below moves contiguous runs of channels)."""
-    xl = x.transpose((0,) + tuple(range(2, 2 + nd)) + (1,))
-    if any(padding):
-        return np.pad(xl, ((0, 0),) + tuple((p, p) for p in padding) + ((0, 0),))
-    return xl
-
-
 def _im2col(x, kernel, stride, padding, dilation, groups, nd):
     """``[groups, N*P, K*C/groups]`` columns of a conv input (kernel-offset major, channel
-    minor), and the output spatial size."""
+    minor), and the output spatial size. The input is copied once, zero-padded with its
+    channels innermost (so the column copy moves contiguous runs of kernel-width * channels),
+    and the windows are a strided view of that copy."""
     n, c = x.shape[:2]
+    size = x.shape[2:]
     cg = c // groups
-    xl = _channels_last(x, padding, nd)
-    ext = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation))
-    win = sliding_window_view(xl, ext, axis=tuple(range(1, 1 + nd)))   # [N, *full, C, *ext]
-    win = win[(slice(None),) + tuple(slice(None, None, s) for s in stride) + (slice(None),)
-              + tuple(slice(None, None, d) for d in dilation)]       # [N, *O, C, *K]
-    osz = win.shape[1:1 + nd]
-    win = win.reshape((n,) + osz + (groups, cg) + tuple(kernel))
-    # -> [g, N, *O, *K, Cg]
-    perm = ((1 + nd, 0) + tuple(range(1, 1 + nd)) + tuple(range(3 + nd, 3 + 2 * nd))
-            + (2 + nd,))
+    xl = x.transpose((0,) + tuple(range(2, 2 + nd)) + (1,))
+    if any(padding):
+        xp = np.zeros((n,) + tuple(s_ + 2 * p for s_, p in zip(size, padding)) + (c,),
+                      x.dtype)
+        xp[(slice(None),) + tuple(slice(p, p + s_) for p, s_ in zip(padding, size))] = xl
+        xl = xp
+    osz = tuple(conv_out_size("conv", s_, k, st, p, d) for s_, k, st, p, d in
+                zip(size, kernel, stride, padding, dilation))
+    st = xl.strides
+    win = as_strided(xl, (groups, n) + osz + tuple(kernel) + (cg,),
+                     (cg * st[-1], st[0]) + tuple(st[1 + i] * stride[i] for i in range(nd))
+                     + tuple(st[1 + i] * dilation[i] for i in range(nd)) + (st[-1],),
+                     writeable=False)
     p = 1
     for o in osz:
         p *= o
     kp = 1
     for k in kernel:
         kp *= k
-    cols = np.ascontiguousarray(win.transpose(perm)).reshape(groups, n * p, kp * cg)
-    return cols, osz
+    return np.ascontiguousarray(win).reshape(groups, n * p, kp * cg), osz
 
 
 def _w_cols(w, groups, nd):
@@ -253,7 +249,8 @@ def _conv_transpose_np(nd):
             sl = (slice(None), slice(None)) + tuple(
                 slice(o * d, o * d + st * (s_ - 1) + 1, st)
                 for o, d, st, s_ in zip(off, dilation, stride, size))
-            buf[sl] += cols[..., ki, :]
+            v = buf[sl]
+            np.add(v, cols[..., ki, :], out=v)      # in place (``+=`` would copy back)
         y = buf[(slice(None), slice(None)) + crop]
         y = y.transpose((1, 0, 2 + nd) + tuple(range(2, 2 + nd)))
         return y.reshape((n, groups * f) + osz).astype(x.dtype, copy=False)
@@ -436,66 +433,129 @@ def _pool_check(op, x, nd, kernel, stride, padding, dilation, ceil_mode):
     return osz
 
 
-def _max_views(x, kernel, stride, padding, dilation, ceil_mode, nd):
-    """The output size and, per kernel offset, the strided view ``[N, C, *out]`` of the
-    input padded with -inf (ceil mode pads the far side as far as the last window)."""
+def _max_windows(x, kernel, stride, padding, dilation, ceil_mode, nd):
+    """The output size, whether the input was padded, the pooling windows as one contiguous
+    array ``[K, *out_shape]`` (kernel offset first, so the reductions below are elementwise
+    over contiguous rows) of the input padded with -inf (ceil mode pads the far side as far
+    as the last window), and the order of ``[N, C, *out]`` in which the windows are laid
+    out: the input's own (channels innermost when the input is, as a conv's output is, so
+    the copy moves contiguous runs; else ``[N, C, *out]``)."""
     size = x.shape[2:]
     osz = tuple(pool_out_size("max_pool", n, k, s, p, d, ceil_mode) for n, k, s, p, d in
                 zip(size, kernel, stride, padding, dilation))
     hi = tuple(max(0, (o - 1) * s + d * (k - 1) + 1 - n - p) for o, s, d, k, n, p in
                zip(osz, stride, dilation, kernel, size, padding))
-    xp = _pad(x, padding, hi, nd, value=-np.inf)
-    views = [xp[(slice(None), slice(None)) + tuple(
-        slice(o * d, o * d + s * (n - 1) + 1, s)
-        for o, d, s, n in zip(off, dilation, stride, osz))] for off in np.ndindex(*kernel)]
-    return osz, views
+    padded = any(padding) or any(hi)
+    cl = x.shape[1] > 1 and x.strides[1] == x.itemsize and x.size > 0
+    order = (0,) + tuple(range(2, 2 + nd)) + (1,) if cl else tuple(range(2 + nd))
+    if padded:
+        full = x.shape[:2] + tuple(n + p + h for n, p, h in zip(size, padding, hi))
+        xp = np.full(tuple(full[i] for i in order), -np.inf,
+                     x.dtype).transpose(np.argsort(order))
+        xp[(slice(None), slice(None)) + tuple(slice(p, p + n) for p, n in
+                                              zip(padding, size))] = x
+    else:
+        xp = x
+    st = xp.strides
+    wst = st[:2] + tuple(st[2 + i] * stride[i] for i in range(nd))
+    out = x.shape[:2] + osz
+    win = as_strided(xp, tuple(kernel) + tuple(out[i] for i in order),
+                     tuple(st[2 + i] * dilation[i] for i in range(nd))
+                     + tuple(wst[i] for i in order), writeable=False)
+    kp = 1
+    for k in kernel:
+        kp *= k
+    return osz, padded, np.ascontiguousarray(win).reshape((kp,) + win.shape[nd:]), order
+
+
+_CL_INV = {}
+
+
+def _logical(a, order):
+    """An array laid out in ``order`` (see `_max_windows`) as its ``[N, C, *S]`` view."""
+    if order[-1] != 1:
+        return a
+    inv = _CL_INV.get(len(order))
+    if inv is None:
+        inv = _CL_INV[len(order)] = tuple(int(i) for i in np.argsort(order))
+    return a.transpose(inv)
+
+
+@functools.lru_cache(maxsize=256)
+def _max_geometry(size, osz, kernel, stride, padding, dilation, order, padded):
+    """Per output position, the flat plane index of its window's start (and of its first
+    in-bounds position, when padded), broadcastable in ``order``; per kernel offset, the
+    flat plane delta it adds."""
+    nd = len(size)
+    plane_strides = [1] * nd
+    for i in range(nd - 2, -1, -1):
+        plane_strides[i] = plane_strides[i + 1] * size[i + 1]
+    base, first = 0, 0
+    for i in range(nd):
+        shape = [1] * (nd + 2)   # [N, C, *out] broadcast, laid out like the windows
+        shape[2 + i] = osz[i]
+        shape = tuple(shape[j] for j in order)
+        start = np.arange(osz[i]) * stride[i] - padding[i]
+        base = base + (start * plane_strides[i]).reshape(shape)
+        if padded:   # the window's first in-bounds position along this dim
+            f = np.where(start < 0, start + (-start + dilation[i] - 1) // dilation[i]
+                         * dilation[i], start)
+            first = first + (f * plane_strides[i]).reshape(shape)
+    delta = np.array([sum(o * d * st for o, d, st in zip(off, dilation, plane_strides))
+                      for off in np.ndindex(*kernel)], np.int64)
+    for a in (base, first, delta):
+        if isinstance(a, np.ndarray):
+            a.flags.writeable = False
+    return base, first, delta
 
 
 def _max_pool_np(nd):
     def max_pool(x, kernel, stride, padding, dilation, ceil_mode):
-        _, views = _max_views(x, kernel, stride, padding, dilation, ceil_mode, nd)
-        out = views[0].copy()
-        for v in views[1:]:
-            np.maximum(out, v, out=out)   # propagates NaN, like PyTorch
-        return out
+        _, _, win, order = _max_windows(x, kernel, stride, padding, dilation, ceil_mode, nd)
+        return _logical(np.maximum.reduce(win, axis=0), order)   # propagates NaN (PyTorch)
     return max_pool
 
 
 def _max_pool_idx_np(nd):
     def max_pool_with_indices(x, kernel, stride, padding, dilation, ceil_mode):
-        osz, views = _max_views(x, kernel, stride, padding, dilation, ceil_mode, nd)
-        n, c = x.shape[:2]
-        size = x.shape[2:]
+        osz, padded, win, order = _max_windows(x, kernel, stride, padding, dilation,
+                                               ceil_mode, nd)
         # plane index = (window start's index) + (the offset's delta), both flat
-        plane_strides = [1] * nd
-        for i in range(nd - 2, -1, -1):
-            plane_strides[i] = plane_strides[i + 1] * size[i + 1]
-        base, first = 0, 0
-        for i in range(nd):
-            shape = [1] * nd
-            shape[i] = osz[i]
-            start = np.arange(osz[i]) * stride[i] - padding[i]
-            # the window's first in-bounds position along this dim
-            f = np.where(start < 0, start + (-start + dilation[i] - 1) // dilation[i]
-                         * dilation[i], start)
-            base = base + (start * plane_strides[i]).reshape(shape)
-            first = first + (f * plane_strides[i]).reshape(shape)
-        # PyTorch's scan: the first strictly larger value wins, and any NaN does
-        best = np.full((n, c) + osz, -np.inf, x.dtype)
-        arg = np.full((n, c) + osz, -1, np.int64)
-        nan = bool(np.isnan(x).any())
-        for off, v in zip(np.ndindex(*kernel), views):
-            upd = v > best
-            if nan:
-                upd |= np.isnan(v)
-            np.copyto(best, v, where=upd)
-            delta = sum(o * d * st for o, d, st in zip(off, dilation, plane_strides))
-            np.copyto(arg, delta, where=upd)
-        none = arg < 0
-        idx = arg + base
-        if none.any():  # a window of -inf only reports its first in-bounds position
-            idx = np.where(none, first, idx)
-        return best, idx
+        base, first, delta = _max_geometry(x.shape[2:], osz, kernel, stride, padding,
+                                           dilation, order, padded)
+        # PyTorch's scan: the first strictly larger value wins, and any NaN does (a NaN
+        # anywhere makes the max NaN, so one reduction tells whether to look for them)
+        kp = len(delta)
+        if win.size and np.isnan(np.maximum.reduce(win, axis=None)):
+            best = win[0].copy()
+            arg = np.zeros(best.shape, np.intp)
+            for k in range(1, kp):
+                v = win[k]
+                upd = (v > best) | np.isnan(v)
+                np.copyto(best, v, where=upd)
+                np.copyto(arg, k, where=upd)
+        else:
+            # branch-free: the running max only grows, so the last offset that raised it
+            # is the first position of the window's max
+            run = win[0]
+            arg = np.zeros(run.shape, np.uint8 if kp < 256 else np.intp)
+            for k in range(1, kp):
+                v = win[k]
+                upd = np.greater(v, run)
+                np.maximum(arg, np.multiply(upd, k, dtype=arg.dtype), out=arg)
+                run = np.maximum(run, v)
+            m = run.size
+            pick = arg.astype(np.intp)
+            pick *= m
+            pick += np.arange(m).reshape(run.shape)
+            best = win.reshape(kp * m).take(pick)
+        idx = delta.take(arg)
+        idx += base
+        if padded:
+            none = best == -np.inf       # a window of -inf reports its first in-bounds place
+            if none.any():
+                idx = np.where(none, first, idx)
+        return _logical(best, order), _logical(idx, order)
     return max_pool_with_indices
 
 
@@ -504,10 +564,11 @@ def _max_pool_backward_np(g, indices, input_size):
     plane = 1
     for s_ in input_size:
         plane *= s_
-    base = (np.arange(n * c, dtype=np.int64) * plane).reshape((n, c) + (1,) * (g.ndim - 2))
-    flat = (indices + base).reshape(-1)
-    w = g.reshape(-1).astype(np.float64)
-    out = np.bincount(flat, weights=w, minlength=n * c * plane)
+    # scatter-add in f64 (bincount converts the weights), in [N, C, *out] order
+    base = np.arange(0, n * c * plane, plane, dtype=np.int64).reshape(
+        (n, c) + (1,) * (g.ndim - 2))
+    out = np.bincount((indices + base).reshape(-1), weights=g.reshape(-1),
+                      minlength=n * c * plane)
     return out.reshape((n, c) + tuple(input_size)).astype(g.dtype, copy=False)
 
 
