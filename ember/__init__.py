@@ -15,6 +15,7 @@ from .tensor.functional import *  # noqa: F401,F403
 from .tensor.interop import from_dlpack  # noqa: F401
 from .module import Module, Param, config, GradientsParams  # noqa: F401
 from . import optim  # noqa: F401
+from . import fusion  # noqa: F401
 
 bool = bool_  # noqa: A001  (em.bool as in torch.bool)
 

@@ -2,4 +2,5 @@
 from .base import Backend, Device  # noqa: F401
 from .ndarray import NdArray  # noqa: F401
 from .autodiff import Autodiff  # noqa: F401
+from .fusion import Fusion  # noqa: F401
 from . import probes as _probes  # noqa: F401  (registers stacks and backend probes)

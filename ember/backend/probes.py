@@ -48,3 +48,7 @@ def _ad_nd_device():
 
 register_stack("ndarray", _nd_device)
 register_stack("autodiff(ndarray)", _ad_nd_device, autodiff=True)
+
+from .fusion.registration import register as _register_fusion  # noqa: E402
+
+_register_fusion()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtype as dt
+from ..kernel import lower_ops as L
 from .registry import declare
 from .elementwise import unary_infer
 
@@ -38,7 +39,7 @@ def _sigmoid_numpy(x):
 
 SIGMOID = declare(
     "sigmoid", "unary", nin=1, infer=unary_infer("sigmoid", "float"), numpy=_sigmoid_numpy,
-    vjp=lambda g, i, o: (g * o * (1.0 - o),),
+    vjp=lambda g, i, o: (g * o * (1.0 - o),), expr=L.sigmoid,
     doc="logistic function 1 / (1 + exp(-x)), stable for large |x|")
 
 
@@ -49,5 +50,5 @@ def _relu_numpy(x):
 
 RELU = declare(
     "relu", "unary", nin=1, infer=unary_infer("relu", "float int"), numpy=_relu_numpy,
-    vjp=lambda g, i, o: (g * (i[0] > 0),),
+    vjp=lambda g, i, o: (g * (i[0] > 0),), expr=L.relu,
     doc="max(x, 0); its derivative is taken as 0 at x = 0")

@@ -31,6 +31,7 @@ import numpy as np
 
 from .. import dtype as dt
 from ..errors import DTypeError
+from ..kernel import lower_ops as L
 from ._api import api
 from .registry import declare
 from .rules import broadcast_many, broadcast_shapes, require_kind
@@ -76,15 +77,15 @@ def binary_infer(name, kinds, out=None):
     return infer
 
 
-def unary(name, numpy, vjp=None, *, kinds=FLOAT, out=None, doc=""):
+def unary(name, numpy, vjp=None, *, kinds=FLOAT, out=None, expr=None, doc=""):
     return declare(name, "unary", nin=1, infer=unary_infer(name, kinds, out), numpy=numpy,
-                   vjp=vjp, doc=doc)
+                   vjp=vjp, expr=expr, doc=doc)
 
 
 def binary(name, numpy, vjp=None, *, kinds=NUMERIC, out=None, promote="same", infer=None,
-           doc=""):
+           expr=None, doc=""):
     return declare(name, "binary", nin=2, infer=infer or binary_infer(name, kinds, out),
-                   numpy=numpy, vjp=vjp, promote=promote, doc=doc)
+                   numpy=numpy, vjp=vjp, promote=promote, expr=expr, doc=doc)
 
 
 def _is_t(x):
@@ -106,26 +107,28 @@ def _int_passthrough(fn):
 
 
 # -- arithmetic -----------------------------------------------------------------------------
-ADD = binary("add", np.add, lambda g, i, o: (g, g))
-SUB = binary("sub", np.subtract, lambda g, i, o: (g, -g))
+ADD = binary("add", np.add, lambda g, i, o: (g, g), expr=L.add)
+SUB = binary("sub", np.subtract, lambda g, i, o: (g, -g), expr=L.sub)
 MUL = binary("mul", np.multiply, lambda g, i, o: (g * i[1] if _is_t(i[0]) else None,
-                                                  g * i[0] if _is_t(i[1]) else None))
+                                                  g * i[0] if _is_t(i[1]) else None),
+             expr=L.mul)
 DIV = binary("div", np.true_divide,
              lambda g, i, o: (g / i[1] if _is_t(i[0]) else None,
                               -g * o / i[1] if _is_t(i[1]) else None),
-             kinds=FLOAT, promote="float", doc="true division; ints are promoted to float")
+             kinds=FLOAT, promote="float", expr=L.div,
+             doc="true division; ints are promoted to float")
 
-NEG = unary("neg", np.negative, lambda g, i, o: (-g,), kinds=NUMERIC)
+NEG = unary("neg", np.negative, lambda g, i, o: (-g,), kinds=NUMERIC, expr=L.neg)
 
 
 # -- unary float math -----------------------------------------------------------------------
-EXP = unary("exp", _quiet(np.exp), lambda g, i, o: (g * o,))
-LOG = unary("log", _quiet(np.log), lambda g, i, o: (g / i[0],))
+EXP = unary("exp", _quiet(np.exp), lambda g, i, o: (g * o,), expr=L.mathfn("exp"))
+LOG = unary("log", _quiet(np.log), lambda g, i, o: (g / i[0],), expr=L.mathfn("log"))
 EXPM1 = unary("expm1", _quiet(np.expm1), lambda g, i, o: (g * (o + 1.0),),
-              doc="exp(x) - 1, accurate near 0")
+              expr=L.mathfn("expm1"), doc="exp(x) - 1, accurate near 0")
 LOG1P = unary("log1p", _quiet(np.log1p), lambda g, i, o: (g / (i[0] + 1.0),),
-              doc="log(1 + x), accurate near 0")
-SQRT = unary("sqrt", _quiet(np.sqrt), lambda g, i, o: (g * 0.5 / o,))
+              expr=L.mathfn("log1p"), doc="log(1 + x), accurate near 0")
+SQRT = unary("sqrt", _quiet(np.sqrt), lambda g, i, o: (g * 0.5 / o,), expr=L.sqrt)
 
 
 @_quiet
@@ -136,17 +139,23 @@ def _rsqrt_numpy(x):
 
 
 RSQRT = unary("rsqrt", _rsqrt_numpy, lambda g, i, o: (g * (o * o * o) * -0.5,),
-              doc="1 / sqrt(x)")
-RECIP = unary("recip", _quiet(np.reciprocal), lambda g, i, o: (-g * (o * o),), doc="1 / x")
-SIN = unary("sin", _quiet(np.sin), lambda g, i, o: (g * i[0].cos(),))
-COS = unary("cos", _quiet(np.cos), lambda g, i, o: (-g * i[0].sin(),))
-TAN = unary("tan", _quiet(np.tan), lambda g, i, o: (g * (o * o + 1.0),))
-SINH = unary("sinh", _quiet(np.sinh), lambda g, i, o: (g * i[0].cosh(),))
-COSH = unary("cosh", _quiet(np.cosh), lambda g, i, o: (g * i[0].sinh(),))
-TANH = unary("tanh", np.tanh, lambda g, i, o: (g * (1.0 - o * o),))
-ASIN = unary("asin", _quiet(np.arcsin), lambda g, i, o: (g * (1.0 - i[0] * i[0]).rsqrt(),))
-ACOS = unary("acos", _quiet(np.arccos), lambda g, i, o: (-g * (1.0 - i[0] * i[0]).rsqrt(),))
-ATAN = unary("atan", np.arctan, lambda g, i, o: (g / (i[0] * i[0] + 1.0),))
+              expr=L.rsqrt, doc="1 / sqrt(x)")
+RECIP = unary("recip", _quiet(np.reciprocal), lambda g, i, o: (-g * (o * o),), expr=L.recip,
+              doc="1 / x")
+SIN = unary("sin", _quiet(np.sin), lambda g, i, o: (g * i[0].cos(),), expr=L.mathfn("sin"))
+COS = unary("cos", _quiet(np.cos), lambda g, i, o: (-g * i[0].sin(),), expr=L.mathfn("cos"))
+TAN = unary("tan", _quiet(np.tan), lambda g, i, o: (g * (o * o + 1.0),), expr=L.mathfn("tan"))
+SINH = unary("sinh", _quiet(np.sinh), lambda g, i, o: (g * i[0].cosh(),),
+             expr=L.mathfn("sinh"))
+COSH = unary("cosh", _quiet(np.cosh), lambda g, i, o: (g * i[0].sinh(),),
+             expr=L.mathfn("cosh"))
+TANH = unary("tanh", np.tanh, lambda g, i, o: (g * (1.0 - o * o),), expr=L.mathfn("tanh"))
+ASIN = unary("asin", _quiet(np.arcsin), lambda g, i, o: (g * (1.0 - i[0] * i[0]).rsqrt(),),
+             expr=L.mathfn("asin"))
+ACOS = unary("acos", _quiet(np.arccos), lambda g, i, o: (-g * (1.0 - i[0] * i[0]).rsqrt(),),
+             expr=L.mathfn("acos"))
+ATAN = unary("atan", np.arctan, lambda g, i, o: (g / (i[0] * i[0] + 1.0),),
+             expr=L.mathfn("atan"))
 
 
 # -- erf ------------------------------------------------------------------------------------
@@ -224,20 +233,26 @@ def erf_f64(x):
 
 ERF = unary("erf", erf_f64,
             lambda g, i, o: (g * ((i[0] * i[0]).neg().exp() * _TWO_OVER_SQRT_PI),),
+            expr=L.mathfn("erf"),
             doc="the error function, 2/sqrt(pi) * integral_0^x e^(-t^2) dt")
 
 
 # -- unary numeric --------------------------------------------------------------------------
-ABS = unary("abs", np.abs, lambda g, i, o: (g * i[0].sign(),), kinds=NUMERIC,
+ABS = unary("abs", np.abs, lambda g, i, o: (g * i[0].sign(),), kinds=NUMERIC, expr=L.abs_,
             doc="absolute value (ints wrap: abs(-128 as i8) is -128, as in C and PyTorch)")
-SIGN = unary("sign", np.sign, _zero_grad, kinds=NUMERIC, doc="-1, 0 or 1 (nan stays nan)")
+SIGN = unary("sign", np.sign, _zero_grad, kinds=NUMERIC, expr=L.sign,
+             doc="-1, 0 or 1 (nan stays nan)")
 ROUND = unary("round", _int_passthrough(np.rint), _zero_grad, kinds=NUMERIC,
+              expr=L.rounding("rint"),
               doc="round half to even; ints unchanged")
 FLOOR = unary("floor", _int_passthrough(np.floor), _zero_grad, kinds=NUMERIC,
+              expr=L.rounding("floor"),
               doc="round toward -inf; ints unchanged")
 CEIL = unary("ceil", _int_passthrough(np.ceil), _zero_grad, kinds=NUMERIC,
+             expr=L.rounding("ceil"),
              doc="round toward +inf; ints unchanged")
 TRUNC = unary("trunc", _int_passthrough(np.trunc), _zero_grad, kinds=NUMERIC,
+              expr=L.rounding("trunc"),
               doc="round toward 0; ints unchanged")
 
 
@@ -250,10 +265,13 @@ def _is_special(fn, int_value):
 
 
 IS_NAN = unary("is_nan", _is_special(np.isnan, False), kinds=ANY, out=dt.bool_,
+               expr=L.is_nan,
                doc="True where x is nan (never for ints and bools)")
 IS_INF = unary("is_inf", _is_special(np.isinf, False), kinds=ANY, out=dt.bool_,
+               expr=L.is_inf,
                doc="True where x is +-inf (never for ints and bools)")
 IS_FINITE = unary("is_finite", _is_special(np.isfinite, True), kinds=ANY, out=dt.bool_,
+                  expr=L.is_finite,
                   doc="True where x is neither nan nor +-inf (always for ints and bools)")
 
 
@@ -312,7 +330,7 @@ def _pow_vjp(g, i, o):
     return (ga, gb)
 
 
-POW = binary("pow", _pow_numpy, _pow_vjp, infer=_pow_infer,
+POW = binary("pow", _pow_numpy, _pow_vjp, infer=_pow_infer, expr=L.pow_,
              doc="a ** b; ints need exponents >= 0 (see the module doc for negative ones)")
 
 
@@ -322,7 +340,7 @@ def _atan2_vjp(g, i, o):
     return (g * b / den if _is_t(a) else None, -g * a / den if _is_t(b) else None)
 
 
-ATAN2 = binary("atan2", np.arctan2, _atan2_vjp, kinds=FLOAT, promote="float",
+ATAN2 = binary("atan2", np.arctan2, _atan2_vjp, kinds=FLOAT, promote="float", expr=L.atan2,
                doc="the angle of (b, a) in (-pi, pi]; ints are promoted to float")
 
 
@@ -332,9 +350,9 @@ def _remainder_vjp(g, i, o):
             -g * api.floor_div(a, b) if _is_t(b) else None)
 
 
-REMAINDER = binary("remainder", _quiet(np.remainder), _remainder_vjp,
+REMAINDER = binary("remainder", _quiet(np.remainder), _remainder_vjp, expr=L.remainder,
                    doc="a - floor(a / b) * b: the sign of the divisor, like Python's %")
-FLOOR_DIV = binary("floor_div", _quiet(np.floor_divide), _zero_grad,
+FLOOR_DIV = binary("floor_div", _quiet(np.floor_divide), _zero_grad, expr=L.floor_div,
                    doc="floor(a / b), like Python's //")
 
 
@@ -351,9 +369,11 @@ def _minmax_vjp(cmp):
 
 
 MAXIMUM = binary("maximum", _quiet(np.maximum), _minmax_vjp(lambda a, b: api.greater(a, b)),
-                 kinds=ANY, doc="elementwise max (nan wins; ties split the gradient)")
+                 kinds=ANY, expr=L.maximum,
+                 doc="elementwise max (nan wins; ties split the gradient)")
 MINIMUM = binary("minimum", _quiet(np.minimum), _minmax_vjp(lambda a, b: api.lower(a, b)),
-                 kinds=ANY, doc="elementwise min (nan wins; ties split the gradient)")
+                 kinds=ANY, expr=L.minimum,
+                 doc="elementwise min (nan wins; ties split the gradient)")
 
 
 # -- clamp ----------------------------------------------------------------------------------
@@ -386,7 +406,7 @@ def _clamp_vjp(g, i, o, min, max):
 
 
 CLAMP = declare("clamp", "unary", nin=1, attrs=("min", "max"), infer=_clamp_infer,
-                numpy=_clamp_numpy, vjp=_clamp_vjp,
+                numpy=_clamp_numpy, vjp=_clamp_vjp, expr=L.clamp,
                 doc="clip to [min, max] (scalar bounds, either may be None; min > max gives "
                     "max); the gradient passes where min <= x <= max")
 
@@ -417,32 +437,43 @@ def _cast_vjp(g, i, o, dtype):
 
 
 CAST = declare("cast", "cast", nin=1, attrs=("dtype",), infer=_cast_infer, numpy=_cast_numpy,
-               vjp=_cast_vjp, doc="convert to another dtype (see the module doc)")
+               vjp=_cast_vjp, expr=L.cast, doc="convert to another dtype (see the module doc)")
 
 
 # -- comparisons ----------------------------------------------------------------------------
-EQUAL = binary("equal", _quiet(np.equal), kinds=ANY, out=dt.bool_)
-NOT_EQUAL = binary("not_equal", _quiet(np.not_equal), kinds=ANY, out=dt.bool_)
-GREATER = binary("greater", _quiet(np.greater), kinds=ANY, out=dt.bool_)
-GREATER_EQUAL = binary("greater_equal", _quiet(np.greater_equal), kinds=ANY, out=dt.bool_)
-LOWER = binary("lower", _quiet(np.less), kinds=ANY, out=dt.bool_)
-LOWER_EQUAL = binary("lower_equal", _quiet(np.less_equal), kinds=ANY, out=dt.bool_)
+EQUAL = binary("equal", _quiet(np.equal), kinds=ANY, out=dt.bool_, expr=L.comparison("eq"))
+NOT_EQUAL = binary("not_equal", _quiet(np.not_equal), kinds=ANY, out=dt.bool_,
+                   expr=L.comparison("ne"))
+GREATER = binary("greater", _quiet(np.greater), kinds=ANY, out=dt.bool_,
+                 expr=L.comparison("gt"))
+GREATER_EQUAL = binary("greater_equal", _quiet(np.greater_equal), kinds=ANY, out=dt.bool_,
+                       expr=L.comparison("ge"))
+LOWER = binary("lower", _quiet(np.less), kinds=ANY, out=dt.bool_, expr=L.comparison("lt"))
+LOWER_EQUAL = binary("lower_equal", _quiet(np.less_equal), kinds=ANY, out=dt.bool_,
+                     expr=L.comparison("le"))
 
 
 # -- logical and bitwise --------------------------------------------------------------------
 LOGICAL_AND = binary("logical_and", np.logical_and, kinds=ANY, out=dt.bool_,
+                     expr=L.logical_and,
                      doc="truthiness of both (nonzero is True)")
-LOGICAL_OR = binary("logical_or", np.logical_or, kinds=ANY, out=dt.bool_)
-LOGICAL_XOR = binary("logical_xor", np.logical_xor, kinds=ANY, out=dt.bool_)
-LOGICAL_NOT = unary("logical_not", np.logical_not, kinds=ANY, out=dt.bool_)
+LOGICAL_OR = binary("logical_or", np.logical_or, kinds=ANY, out=dt.bool_,
+                    expr=L.logical_or)
+LOGICAL_XOR = binary("logical_xor", np.logical_xor, kinds=ANY, out=dt.bool_,
+                     expr=L.logical_xor)
+LOGICAL_NOT = unary("logical_not", np.logical_not, kinds=ANY, out=dt.bool_,
+                    expr=L.logical_not)
 
-BITWISE_AND = binary("bitwise_and", np.bitwise_and, kinds=INTEGRAL)
-BITWISE_OR = binary("bitwise_or", np.bitwise_or, kinds=INTEGRAL)
-BITWISE_XOR = binary("bitwise_xor", np.bitwise_xor, kinds=INTEGRAL)
-BITWISE_NOT = unary("bitwise_not", np.invert, kinds=INTEGRAL, doc="~x (logical not for bool)")
+BITWISE_AND = binary("bitwise_and", np.bitwise_and, kinds=INTEGRAL, expr=L.bitwise("and"))
+BITWISE_OR = binary("bitwise_or", np.bitwise_or, kinds=INTEGRAL, expr=L.bitwise("or"))
+BITWISE_XOR = binary("bitwise_xor", np.bitwise_xor, kinds=INTEGRAL, expr=L.bitwise("xor"))
+BITWISE_NOT = unary("bitwise_not", np.invert, kinds=INTEGRAL, expr=L.bitwise_not,
+                    doc="~x (logical not for bool)")
 BITWISE_LEFT_SHIFT = binary("bitwise_left_shift", np.left_shift, kinds=INT,
+                            expr=L.shift("shl"),
                             doc="a << b (wraps; shifts >= the bit width give 0)")
 BITWISE_RIGHT_SHIFT = binary("bitwise_right_shift", np.right_shift, kinds=INT,
+                             expr=L.shift("shr"),
                              doc="a >> b, arithmetic for signed ints")
 
 
@@ -477,4 +508,5 @@ def _where_vjp(g, i, o):
 
 
 WHERE = declare("where", "other", nin=3, infer=_where_infer, numpy=_where_numpy,
-                vjp=_where_vjp, doc="a where cond else b, broadcast over all three")
+                vjp=_where_vjp, expr=L.where,
+                doc="a where cond else b, broadcast over all three")

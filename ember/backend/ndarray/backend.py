@@ -29,6 +29,29 @@ class NdArray(Backend):
         return tuple(o if o.dtype == m[1].np else np.asarray(o).astype(m[1].np)
                      for o, m in zip(out, meta))
 
+    # -- kernel runtime (what Fusion(NdArray) runs generated kernels on) -------------------
+    @property
+    def kernel_runtime(self):
+        """The generated-C kernel runtime, created on first use; None when no C compiler is
+        usable here (ember then says so once, and Fusion runs unfused)."""
+        rt = self.__dict__.get("_kernel_runtime", False)
+        if rt is False:
+            try:
+                from ...kernel.c.runtime import default_runtime
+                r = default_runtime()
+                if r.available():
+                    rt = r
+                else:
+                    r.warn_once()
+                    self.kernel_runtime_warned = True
+                    self.kernel_runtime_reason = r.why_unavailable()
+                    rt = None
+            except ImportError as e:
+                self.kernel_runtime_reason = f"the C kernel runtime cannot be imported ({e})"
+                rt = None
+            self._kernel_runtime = rt
+        return rt
+
     # -- data -----------------------------------------------------------------------------
     def from_numpy(self, array, device):
         return array

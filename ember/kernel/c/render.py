@@ -1,0 +1,1332 @@
+"""Kernel IR -> C99 source (with GNU builtins and OpenMP pragmas).
+
+Every kernel becomes one exported function::
+
+    void ember_kernel(char **bufs, const int64_t *args, int64_t nthreads, int64_t chunk);
+
+``bufs`` holds the data pointers of the inputs (one per `BufferView`, element 0 of the
+array's memory), then of the outputs (contiguous, row-major). ``args`` holds the runtime
+scalars, 8 bytes each: float args as IEEE doubles, int and bool args as int64. ``nthreads``
+is the OpenMP team size (1 runs serially, no team is started), ``chunk`` the number of
+elements one work item covers (0: the kernel's default). Shapes, strides and offsets are
+compile-time constants, so the C compiler sees unit strides and vectorizes.
+
+Loop structure
+--------------
+* Elementwise: dims of size 1 are dropped and adjacent dims that are contiguous for every
+  input are merged (unless the kernel reads `Index`), so a contiguous or scalar-broadcast
+  kernel is one flat loop. The flat output range is cut into work items of ``chunk``
+  elements, run in an OpenMP ``parallel for``; inside an item an odometer walks the
+  multi-index, and each row is an ``omp simd`` loop with per-input constant strides.
+* Reduce: kept dims are collapsed the same way. *Row* mode (the reduced axis is the unit
+  stride one) runs one position at a time with 8 accumulators; *column* mode (a kept dim is
+  the unit-stride one) accumulates ``W`` neighbouring positions at once in a vector of
+  accumulators. Float sums are pairwise: blocks of 128 terms (8 accumulators) combined by a
+  binary-counter stack, so the error grows like ``log n`` as in NumPy. A few outputs over a
+  long axis (full reductions) are *split*: fixed segments of the axis reduce in parallel and
+  are combined in order; the segments are aligned with the pairwise tree, so results do not
+  depend on the thread count (or on splitting at all). A ``broadcast=True`` reduction
+  (softmax, layer norm) reduces each row, then sweeps it again writing the epilogue at every
+  position (in split mode the sweep is parallel over the segments too).
+
+Semantics (the contract is `ember.kernel.interpret`'s doc): integer arithmetic wraps (done in
+unsigned types, never signed overflow), int division/remainder by zero give 0,
+``INT_MIN / -1`` wraps, shift counts outside ``[0, bits)`` give 0 or the sign fill, max/min
+propagate NaN (written as selects: ``fmax`` does not), float -> int casts saturate to the
+int64 range (NaN -> 0) and then wrap, bool is ``uint8_t`` 0/1, f16/bf16 compute in float
+and round to nearest even on store (``_Float16`` where the compiler has it, else bit
+manipulation; bf16 always by bits, NaN -> the quiet NaN, f64 -> bf16 through f32 as
+ml_dtypes does). The code has no undefined behaviour; it relies on the two
+implementation-defined points every GCC/Clang target defines the same way (signed narrowing
+conversions wrap, ``>>`` of a negative value is arithmetic). Compile without fast-math and
+with ``-ffp-contract=off`` so the exactly rounded operations match NumPy bit for bit.
+
+Written so that GCC vectorizes it (each point found on GCC 12): float selects and max/min
+are bit-mask selects (``ember_self``/``ember_seld``: a ``?:`` on floats whose condition comes
+from values of another width, or a chain of NaN-propagating clamps, keeps a branch and the
+loop scalar); float -> int conversions use the hardware only for the in-range value
+(AVX-512DQ) or integer arithmetic on the bits, never selects between types of different
+widths; int sums and products accumulate in unsigned types (GCC 12 -O3 miscompiles
+vectorized reductions into narrow signed accumulators); row max/min reductions are ``omp
+simd`` loops over 16 accumulators (an unrolled 8-way with a combine tree stays scalar).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ... import dtype as dt
+from .. import ir
+
+__all__ = ["Options", "Rendered", "render", "fits_idx32"]
+
+_C = {dt.float64: "double", dt.float32: "float", dt.float16: "float", dt.bfloat16: "float",
+      dt.int64: "int64_t", dt.int32: "int32_t", dt.int16: "int16_t", dt.int8: "int8_t",
+      dt.uint8: "uint8_t", dt.bool_: "uint8_t"}
+_U = {dt.int64: "uint64_t", dt.int32: "uint32_t", dt.int16: "uint16_t", dt.int8: "uint8_t",
+      dt.uint8: "uint8_t", dt.bool_: "uint8_t"}
+# unsigned types wide enough that no operand is promoted to (signed) int
+_W = {dt.int64: "uint64_t", dt.int32: "uint32_t", dt.int16: "uint32_t", dt.int8: "uint32_t",
+      dt.uint8: "uint32_t", dt.bool_: "uint32_t"}
+_LOW = (dt.float16, dt.bfloat16)
+
+ROW_BLOCK = 128          # pairwise-sum block (terms summed with 8 accumulators)
+SPLIT_SEG = 1 << 15      # split-mode segment (a power of two number of blocks)
+MASK_ALL_SELECTS = True  # every float select as a bit-mask select (vectorizes reliably)
+ROW_LANES = 16           # row mode (not float sums): accumulators per position
+COL_BYTES = 2048         # column mode: bytes of accumulators per work item (W lanes)
+DEFAULT_CHUNK = 1 << 14  # elements per work item when the launch passes 0
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """Compile-time choices. ``idx32``: 32-bit loop indices (only where they fit);
+    ``unroll``: ``#pragma GCC unroll`` for the inner loops (0: the compiler's choice);
+    ``float16``: the compiler has ``_Float16``; ``openmp``: emit OpenMP pragmas."""
+    idx32: bool = False
+    unroll: int = 0
+    float16: bool = True
+    openmp: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """The source and what the runtime needs to launch it: ``mode`` (``elementwise``,
+    ``row``, ``column``, ``split``), ``work`` (loop trips, for threading decisions),
+    ``items`` (parallel work items at the default chunk)."""
+    source: str
+    mode: str
+    work: int
+    items: int
+    idx32: bool
+
+
+def _cd(d: dt.DType) -> dt.DType:
+    return ir.compute_dtype(d)
+
+
+def _dtype_size(ctype: str) -> int:
+    return {"double": 8, "float": 4, "int64_t": 8, "uint64_t": 8, "int32_t": 4, "uint32_t": 4,
+            "int16_t": 2, "uint16_t": 2, "int8_t": 1, "uint8_t": 1}[ctype]
+
+
+def _prod(xs) -> int:
+    p = 1
+    for x in xs:
+        p *= int(x)
+    return p
+
+
+# -- literals -------------------------------------------------------------------------------
+def _float_lit(v, d: dt.DType) -> str:
+    x = float(v)
+    if d is dt.float32:
+        x = float(np.float32(x))
+        if math.isnan(x):
+            return '__builtin_nanf("")'
+        if math.isinf(x):
+            return "__builtin_inff()" if x > 0 else "(-__builtin_inff())"
+        return f"({x.hex()}f)"
+    if math.isnan(x):
+        return '__builtin_nan("")'
+    if math.isinf(x):
+        return "__builtin_inf()" if x > 0 else "(-__builtin_inf())"
+    return f"({x.hex()})"
+
+
+def _wrap_int(v: int, d: dt.DType) -> int:
+    bits = 8 * d.itemsize
+    v = int(v) & ((1 << bits) - 1)
+    if d.signed and v >= 1 << (bits - 1):
+        v -= 1 << bits
+    return v
+
+
+def _int_lit(v: int, d: dt.DType) -> str:
+    v = _wrap_int(v, d)
+    if d is dt.int64:
+        if v == -(1 << 63):
+            return "((int64_t)(-9223372036854775807LL - 1))"
+        return f"((int64_t){v}LL)"
+    return f"(({_C[d]}){v})"
+
+
+def _lit(value, d: dt.DType) -> str:
+    d = _cd(d)
+    if d.is_bool:
+        return "((uint8_t)1)" if bool(value) else "((uint8_t)0)"
+    if d.is_int:
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise ValueError(f"render: non-finite constant {value!r} of dtype {d.short}")
+            value = int(value)
+        return _int_lit(int(value), d)
+    return _float_lit(value, d)
+
+
+def _minmax_lit(d: dt.DType, which: str) -> str:
+    if d.is_float:
+        return _float_lit(-math.inf if which == "min" else math.inf, d)
+    if d.is_bool:
+        return "((uint8_t)0)" if which == "min" else "((uint8_t)1)"
+    info = np.iinfo(d.np)
+    return _int_lit(info.min if which == "min" else info.max, d)
+
+
+# -- the preamble ---------------------------------------------------------------------------
+_PRE_COMMON = r"""
+#include <stddef.h>
+#include <stdint.h>
+#define EMBER_INLINE static inline __attribute__((always_inline))
+EMBER_INLINE double ember_argd(const int64_t *a, int i) {
+  double d; __builtin_memcpy(&d, a + i, 8); return d;
+}
+EMBER_INLINE float ember_bf2f(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16; float f; __builtin_memcpy(&f, &u, 4); return f;
+}
+EMBER_INLINE uint16_t ember_f2bf(float f) {
+  uint32_t u; __builtin_memcpy(&u, &f, 4);
+  uint32_t nan = ((u >> 16) & 0x8000u) | 0x7fc0u;
+  uint32_t rnd = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rnd);
+}
+/* float selects by bit masks: GCC 12 does not if-convert a float select whose condition
+   comes from values of another width (it keeps a branch, and the loop scalar) */
+EMBER_INLINE float ember_self(uint8_t c, float a, float b) {
+  uint32_t m = (uint32_t)0 - (uint32_t)c, ua, ub; float r;
+  __builtin_memcpy(&ua, &a, 4); __builtin_memcpy(&ub, &b, 4);
+  ua = (ua & m) | (ub & ~m); __builtin_memcpy(&r, &ua, 4); return r;
+}
+EMBER_INLINE double ember_seld(uint8_t c, double a, double b) {
+  uint64_t m = (uint64_t)0 - (uint64_t)c, ua, ub; double r;
+  __builtin_memcpy(&ua, &a, 8); __builtin_memcpy(&ub, &b, 8);
+  ua = (ua & m) | (ub & ~m); __builtin_memcpy(&r, &ua, 8); return r;
+}
+/* float -> int64, truncating: NaN -> 0, saturating at the int64 limits (+-inf included).
+   With AVX-512DQ the hardware conversion of the in-range value; otherwise integer arithmetic
+   on the bits. No selects between types of different widths: GCC vectorizes both. */
+#if defined(__AVX512DQ__) && defined(__AVX512VL__) && !defined(EMBER_NO_HW_CVT)
+EMBER_INLINE int64_t ember_f2i64(float x) {
+  uint32_t b; __builtin_memcpy(&b, &x, 4);
+  uint32_t a = b & 0x7fffffffu;
+  float y = ember_self((uint8_t)(a < 0x5f000000u), x, 0.0f);
+  uint64_t r = (uint64_t)(int64_t)y;
+  uint64_t sat = 0x7fffffffffffffffULL + (uint64_t)(b >> 31);
+  uint64_t big = (uint64_t)0 - (uint64_t)(((a - 0x5f000000u) >> 31) ^ 1u);
+  uint64_t nan = (uint64_t)0 - (uint64_t)((0x7f800000u - a) >> 31);
+  return (int64_t)(((r & ~big) | (sat & big)) & ~nan);
+}
+EMBER_INLINE int64_t ember_d2i64(double x) {
+  uint64_t b; __builtin_memcpy(&b, &x, 8);
+  uint64_t a = b & 0x7fffffffffffffffULL;
+  double y = ember_seld((uint8_t)(a < 0x43e0000000000000ULL), x, 0.0);
+  uint64_t r = (uint64_t)(int64_t)y;
+  uint64_t sat = 0x7fffffffffffffffULL + (b >> 63);
+  uint64_t big = (uint64_t)0 - (((a - 0x43e0000000000000ULL) >> 63) ^ 1u);
+  uint64_t nan = (uint64_t)0 - ((0x7ff0000000000000ULL - a) >> 63);
+  return (int64_t)(((r & ~big) | (sat & big)) & ~nan);
+}
+#else
+EMBER_INLINE int64_t ember_f2i64(float x) {
+  uint32_t b; __builtin_memcpy(&b, &x, 4);
+  uint32_t a = b & 0x7fffffffu;
+  int32_t e = (int32_t)(a >> 23) - 150;                   /* |x| = m * 2^e */
+  uint64_t m = (uint64_t)((b & 0x7fffffu) | 0x800000u);
+  int32_t ls = e > 40 ? 40 : (e < 0 ? 0 : e);
+  int32_t rs = e < -31 ? 31 : (e > 0 ? 0 : -e);
+  uint64_t mag = (m << ls) >> rs;
+  uint64_t neg = (uint64_t)0 - (uint64_t)(b >> 31);
+  uint64_t r = (mag ^ neg) - neg;
+  uint64_t sat = 0x7fffffffffffffffULL + (uint64_t)(b >> 31);
+  uint64_t big = (uint64_t)0 - (uint64_t)(((a - 0x5f000000u) >> 31) ^ 1u);   /* |x| >= 2^63 */
+  uint64_t nan = (uint64_t)0 - (uint64_t)((0x7f800000u - a) >> 31);          /* NaN */
+  return (int64_t)(((r & ~big) | (sat & big)) & ~nan);
+}
+EMBER_INLINE int64_t ember_d2i64(double x) {
+  uint64_t b; __builtin_memcpy(&b, &x, 8);
+  uint64_t a = b & 0x7fffffffffffffffULL;
+  int64_t e = (int64_t)(a >> 52) - 1075;                  /* |x| = m * 2^e */
+  uint64_t m = (b & 0xfffffffffffffULL) | 0x10000000000000ULL;
+  int64_t ls = e > 11 ? 11 : (e < 0 ? 0 : e);
+  int64_t rs = e < -63 ? 63 : (e > 0 ? 0 : -e);
+  uint64_t mag = (m << ls) >> rs;
+  uint64_t neg = (uint64_t)0 - (b >> 63);
+  uint64_t r = (mag ^ neg) - neg;
+  uint64_t sat = 0x7fffffffffffffffULL + (b >> 63);
+  uint64_t big = (uint64_t)0 - (((a - 0x43e0000000000000ULL) >> 63) ^ 1u);  /* |x| >= 2^63 */
+  uint64_t nan = (uint64_t)0 - ((0x7ff0000000000000ULL - a) >> 63);         /* NaN */
+  return (int64_t)(((r & ~big) | (sat & big)) & ~nan);
+}
+#endif
+/* float -> int32 holding the low 32 bits of ember_f2i64(x), in 32-bit lanes */
+EMBER_INLINE int32_t ember_f2i32w(float x) {
+  uint32_t b; __builtin_memcpy(&b, &x, 4);
+  uint32_t a = b & 0x7fffffffu;
+  int32_t e = (int32_t)(a >> 23) - 150;
+  uint32_t m = (b & 0x7fffffu) | 0x800000u;
+  int32_t ls = e > 31 ? 31 : (e < 0 ? 0 : e);
+  int32_t rs = e < -31 ? 31 : (e > 0 ? 0 : -e);
+  uint32_t mag = e > 31 ? 0u : (m << ls) >> rs;            /* m * 2^e mod 2^32 */
+  uint32_t neg = 0u - (b >> 31);
+  uint32_t r = (mag ^ neg) - neg;
+  uint32_t big = 0u - (((a - 0x5f000000u) >> 31) ^ 1u);  /* saturated: low bits of the limit */
+  uint32_t nan = 0u - ((0x7f800000u - a) >> 31);
+  return (int32_t)(((r & ~big) | (~neg & big)) & ~nan);
+}
+"""
+
+_PRE_HALF_NATIVE = r"""
+typedef _Float16 ember_half;
+EMBER_INLINE float ember_h2f(ember_half h) { return (float)h; }
+EMBER_INLINE ember_half ember_f2h(float f) { return (ember_half)f; }
+EMBER_INLINE ember_half ember_d2h(double d) { return (ember_half)d; }
+EMBER_INLINE uint16_t ember_hbits(ember_half h) {
+  uint16_t u; __builtin_memcpy(&u, &h, 2); return u;
+}
+EMBER_INLINE ember_half ember_hfrom(uint16_t u) {
+  ember_half h; __builtin_memcpy(&h, &u, 2); return h;
+}
+"""
+
+_PRE_HALF_BITS = r"""
+typedef uint16_t ember_half;
+static inline float ember_h2f(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+  if (e == 0x1fu) u = sign | 0x7f800000u | (m << 13);
+  else if (e != 0) u = sign | ((e + 112u) << 23) | (m << 13);
+  else if (m == 0) u = sign;
+  else { float f = (float)m * 0x1p-24f; return sign ? -f : f; }
+  float f; __builtin_memcpy(&f, &u, 4); return f;
+}
+/* double -> half, rounding to nearest even (one rounding, also from float via double) */
+static inline uint16_t ember_d2h(double d) {
+  uint64_t u; __builtin_memcpy(&u, &d, 8);
+  uint16_t sign = (uint16_t)((u >> 48) & 0x8000u);
+  uint64_t a = u & 0x7fffffffffffffffULL;
+  if (a >= 0x7ff0000000000000ULL) {
+    if (a == 0x7ff0000000000000ULL) return (uint16_t)(sign | 0x7c00u);
+    return (uint16_t)(sign | 0x7e00u | (uint16_t)((a >> 42) & 0x1ffu));
+  }
+  int e = (int)(a >> 52) - 1023;
+  if (e < -25) return sign;
+  uint64_t m = (a & 0xfffffffffffffULL) | 0x10000000000000ULL;
+  int shift = e >= -14 ? 42 : 42 + (-14 - e);
+  uint64_t q = m >> shift, rem = m & ((1ULL << shift) - 1), half = 1ULL << (shift - 1);
+  if (rem > half || (rem == half && (q & 1u))) q++;
+  uint64_t bits = e >= -14 ? ((uint64_t)(e + 14) << 10) + q : q;
+  if (bits >= 0x7c00u) bits = 0x7c00u;
+  return (uint16_t)(sign | (uint16_t)bits);
+}
+static inline uint16_t ember_f2h(float f) { return ember_d2h((double)f); }
+EMBER_INLINE uint16_t ember_hbits(uint16_t h) { return h; }
+EMBER_INLINE uint16_t ember_hfrom(uint16_t u) { return u; }
+"""
+
+
+def fits_idx32(kernel) -> bool:
+    """Whether every flat index and element offset of ``kernel`` fits in int32."""
+    lim = (1 << 31) - 1
+    if _prod(kernel.shape) > 1 << 30:     # margin: p + chunk must not overflow
+        return False
+    for v in kernel.inputs:
+        lo = hi = int(v.offset)
+        for s, n in zip(v.strides, kernel.shape):
+            ext = int(s) * (max(int(n), 1) - 1)
+            lo, hi = (lo + ext, hi) if ext < 0 else (lo, hi + ext)
+        if lo < -(lim >> 1) or hi > (lim >> 1):
+            return False
+        # partial sums inside loops (base + k * stride) stay within [lo, hi]
+    return True
+
+
+# -- expressions ----------------------------------------------------------------------------
+class _Gen:
+    """Shared state of one rendering: temp names, bitcast helpers, options."""
+
+    def __init__(self, opts: Options, n_args: int):
+        self.opts = opts
+        self.n = 0
+        self.helpers: dict = {}
+        self.n_args = n_args
+
+    def tmp(self) -> str:
+        self.n += 1
+        return f"t{self.n}"
+
+    def bitcast_helper(self, src: dt.DType, dst: dt.DType) -> str:
+        name = f"ember_bc_{src.short}_{dst.short}"
+        if name in self.helpers:
+            return name
+        bits = f"uint{8 * src.itemsize}_t"
+        if src is dt.float16:
+            get = "b = ember_hbits(ember_f2h(x));"
+        elif src is dt.bfloat16:
+            get = "b = ember_f2bf(x);"
+        elif src.is_float:
+            get = f"__builtin_memcpy(&b, &x, {src.itemsize});"
+        else:
+            get = f"b = ({bits})x;"
+        if dst is dt.float16:
+            put = "return ember_h2f(ember_hfrom(b));"
+        elif dst is dt.bfloat16:
+            put = "return ember_bf2f(b);"
+        elif dst.is_float:
+            put = f"{_C[dst]} r; __builtin_memcpy(&r, &b, {dst.itemsize}); return r;"
+        elif dst.is_bool:
+            put = "return (uint8_t)(b != 0);"
+        else:
+            put = f"return ({_C[dst]})({_U[dst]})b;"
+        self.helpers[name] = (f"EMBER_INLINE {_C[_cd(dst)]} {name}({_C[_cd(src)]} x) "
+                              f"{{ {bits} b; {get} {put} }}")
+        return name
+
+
+def _cast_code(x: str, src: dt.DType, dst: dt.DType) -> str:
+    """C code converting value ``x`` (carried in src's compute type, a value of dtype
+    ``src``) to a value of dtype ``dst`` (carried in dst's compute type)."""
+    cs, cdst = _cd(src), _cd(dst)
+    if src is dst or (cs is cdst and dst not in _LOW):
+        return x
+    if dst.is_bool:
+        return f"((uint8_t)({x} != 0))"
+    if src.is_bool:
+        return f"(({_C[cdst]}){x})"
+    if dst is dt.float16:
+        if cs is dt.float32:
+            return f"ember_h2f(ember_f2h({x}))"
+        return f"ember_h2f(ember_d2h((double){x}))"
+    if dst is dt.bfloat16:
+        return f"ember_bf2f(ember_f2bf((float){x}))"
+    if dst.is_float:
+        return f"(({_C[dst]}){x})"
+    # -> int
+    if cs.is_float:
+        if cs is dt.float32 and dst is not dt.int64:
+            return f"(({_C[dst]})({_U[dst]})ember_f2i32w({x}))"
+        f = "ember_f2i64" if cs is dt.float32 else "ember_d2i64"
+        if dst is dt.int64:
+            return f"{f}({x})"
+        return f"(({_C[dst]})({_U[dst]}){f}({x}))"
+    return f"(({_C[dst]})({_U[dst]}){x})"
+
+
+def _store_code(x: str, src: dt.DType, out: dt.DType) -> str:
+    """C code converting value ``x`` (of dtype ``src``) to ``out``'s storage type."""
+    cs = _cd(src)
+    if out is dt.float16:
+        if cs is dt.float32:
+            return f"ember_f2h({x})"
+        return f"ember_d2h((double){x})"
+    if out is dt.bfloat16:
+        return f"ember_f2bf((float){x})" if cs is not dt.float32 else f"ember_f2bf({x})"
+    return _cast_code(x, src, out)
+
+
+def _load_code(ptr_elem: str, d: dt.DType) -> str:
+    if d is dt.float16:
+        return f"ember_h2f({ptr_elem})"
+    if d is dt.bfloat16:
+        return f"ember_bf2f({ptr_elem})"
+    if d.is_bool:
+        return f"((uint8_t)({ptr_elem} != 0))"
+    return ptr_elem
+
+
+def _storage_c(d: dt.DType) -> str:
+    if d is dt.float16:
+        return "ember_half"
+    if d is dt.bfloat16:
+        return "uint16_t"
+    return _C[d]
+
+
+def _wrapneg(x: str, d: dt.DType) -> str:
+    return f"(({_C[d]})({_W[d]})(({_W[d]})0 - ({_W[d]}){x}))"
+
+
+def _fsuf(d: dt.DType) -> str:
+    return "f" if d is dt.float32 else ""
+
+
+def _unary_code(op: str, x: str, d: dt.DType) -> str:
+    c = _C[d]
+    if op == "lnot":
+        return f"((uint8_t)({x} == 0))"
+    if d.is_float:
+        s = _fsuf(d)
+        if op == "neg":
+            return f"(-{x})"
+        if op in ("abs", "sqrt", "floor", "ceil", "trunc", "rint"):
+            fn = "fabs" if op == "abs" else op
+            return f"__builtin_{fn}{s}({x})"
+        raise TypeError(f"render: unary {op} of a float operand ({d.short})")
+    if d.is_bool:
+        if op in ("neg", "bnot"):
+            return f"((uint8_t)({x} ^ 1))"
+        if op in ("abs", "floor", "ceil", "trunc", "rint"):
+            return x
+        raise TypeError(f"render: unary {op} of a bool operand")
+    if op == "neg":
+        return _wrapneg(x, d)
+    if op == "abs":
+        return x if not d.signed else f"({x} < 0 ? {_wrapneg(x, d)} : {x})"
+    if op in ("floor", "ceil", "trunc", "rint"):
+        return x
+    if op == "bnot":
+        return f"(({c})({_U[d]})(~({_W[d]}){x}))"
+    raise TypeError(f"render: unary {op} of an int operand ({d.short})")
+
+
+_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def _binary_code(op: str, a: str, b: str, d: dt.DType, masked: bool = False) -> str:
+    """``d``: the operands' compute dtype. ``masked``: float max/min as bit-mask selects
+    (see ember_self: chains of NaN-propagating clamps otherwise get branches)."""
+    c = _C[d]
+    if op in _CMP:
+        return f"((uint8_t)({a} {_CMP[op]} {b}))"
+    if masked and d.is_float and op in ("max", "min"):
+        fn = "ember_self" if d is dt.float32 else "ember_seld"
+        rel = ">" if op == "max" else "<"
+        return f"{fn}((uint8_t)(({a} {rel} {b}) | ({a} != {a})), {a}, {b})"
+    # `|`, not `||`: no branch, so the select vectorizes (blend of two compares)
+    if op == "max":
+        return f"((({a} > {b}) | ({a} != {a})) ? {a} : {b})" if d.is_float else \
+            f"({a} > {b} ? {a} : {b})"
+    if op == "min":
+        return f"((({a} < {b}) | ({a} != {a})) ? {a} : {b})" if d.is_float else \
+            f"({a} < {b} ? {a} : {b})"
+    if d.is_float:
+        if op in ("add", "sub", "mul", "div"):
+            return f"({a} {'+-*/'[('add', 'sub', 'mul', 'div').index(op)]} {b})"
+        if op == "rem":
+            return f"__builtin_fmod{_fsuf(d)}({a}, {b})"
+        raise TypeError(f"render: binary {op} of float operands ({d.short})")
+    if op in ("and", "or", "xor"):
+        sym = {"and": "&", "or": "|", "xor": "^"}[op]
+        return f"(({c})({a} {sym} {b}))"
+    if d.is_bool:
+        raise TypeError(f"render: binary {op} of bool operands")
+    w, u = _W[d], _U[d]
+    if op in ("add", "sub", "mul"):
+        sym = {"add": "+", "sub": "-", "mul": "*"}[op]
+        return f"(({c})({u})(({w}){a} {sym} ({w}){b}))"
+    if op == "div":
+        if d.signed:
+            return (f"({b} == 0 ? ({c})0 : ({b} == -1 ? {_wrapneg(a, d)} : "
+                    f"({c})({a} / {b})))")
+        return f"({b} == 0 ? ({c})0 : ({c})({a} / {b}))"
+    if op == "rem":
+        if d.signed:
+            return f"(({b} == 0 || {b} == -1) ? ({c})0 : ({c})({a} % {b}))"
+        return f"({b} == 0 ? ({c})0 : ({c})({a} % {b}))"
+    bits = 8 * d.itemsize
+    cnt = f"((uint64_t)(int64_t){b})" if d.signed else f"((uint64_t){b})"
+    if op == "shl":
+        return f"({cnt} < {bits}u ? ({c})({u})(({w}){a} << {cnt}) : ({c})0)"
+    if op == "shr":
+        if d.signed:
+            return (f"({cnt} < {bits}u ? ({c})({a} >> {cnt}) : "
+                    f"({a} < 0 ? ({c})-1 : ({c})0))")
+        return f"({cnt} < {bits}u ? ({c})({a} >> {cnt}) : ({c})0)"
+    raise ValueError(f"render: unknown binary op {op!r}; valid: {sorted(ir.BINARY_OPS)}")
+
+
+class _Scope:
+    """Emits C statements evaluating expressions at one loop position.
+
+    ``load(buffer)`` gives the C element reference of an input at the position,
+    ``index(dim)`` the int64 position along an iteration dim, ``acc`` the reduced value."""
+
+    def __init__(self, gen: _Gen, views, load, index, acc=None, acc_dtype=None):
+        self.g = gen
+        self.views = views
+        self.load = load
+        self.index = index
+        self.acc = acc
+        self.acc_dtype = acc_dtype
+        self.lines: list = []
+        self.memo: dict = {}     # id(node) -> C code
+        self.keep: list = []
+        self.widths: dict = {}   # id(bool node) -> widths of the values its truth comes from
+
+    def value(self, e: ir.Expr) -> str:
+        memo = self.memo
+        stack = [(e, False)]
+        while stack:
+            node, done = stack.pop()
+            if id(node) in memo:
+                continue
+            if done:
+                memo[id(node)] = self._node(node)
+                self.keep.append(node)
+                continue
+            stack.append((node, True))
+            for ch in ir.children(node):
+                if id(ch) not in memo:
+                    stack.append((ch, False))
+        return memo[id(e)]
+
+    def _bind(self, code: str, d: dt.DType) -> str:
+        t = self.g.tmp()
+        self.lines.append(f"const {_C[_cd(d)]} {t} = {code};")
+        return t
+
+    def _node(self, e) -> str:
+        v = lambda n: self.memo[id(n)]   # noqa: E731
+        if isinstance(e, ir.Const):
+            return _lit(e.value, e.dtype)
+        if isinstance(e, ir.Arg):
+            if not 0 <= e.index < self.g.n_args:
+                raise ValueError(f"render: Arg({e.index}) but the kernel declares "
+                                 f"{self.g.n_args} args")
+            return f"arg{e.index}"
+        if isinstance(e, ir.Load):
+            if not 0 <= e.buffer < len(self.views):
+                raise ValueError(f"render: Load({e.buffer}) but the kernel has "
+                                 f"{len(self.views)} inputs")
+            if self.views[e.buffer].dtype is not e.dtype:
+                raise TypeError(f"render: Load({e.buffer}) of dtype {e.dtype.short} from a "
+                                f"view of dtype {self.views[e.buffer].dtype.short}")
+            return self._bind(_load_code(self.load(e.buffer), e.dtype), e.dtype)
+        if isinstance(e, ir.Index):
+            code = self.index(e.dim)
+            return self._bind(_cast_code(code, dt.int64, e.dtype), e.dtype)
+        if isinstance(e, ir.Acc):
+            if self.acc is None:
+                raise ValueError("render: Acc outside a reduction's epilogue")
+            return self._bind(_cast_code(self.acc, self.acc_dtype, e.dtype), e.dtype)
+        if isinstance(e, ir.Unary):
+            if e.op not in ir.UNARY_OPS:
+                raise ValueError(f"render: unknown unary op {e.op!r}")
+            xd = _cd(e.x.dtype)
+            want = dt.bool_ if e.op == "lnot" else xd
+            if _cd(e.dtype) is not want:
+                raise TypeError(f"render: unary {e.op} of {xd.short} typed {e.dtype.short}")
+            return self._bind(_unary_code(e.op, v(e.x), xd), e.dtype)
+        if isinstance(e, ir.Binary):
+            ad, bd = _cd(e.a.dtype), _cd(e.b.dtype)
+            if ad is not bd:
+                raise TypeError(f"render: binary {e.op} of {ad.short} and {bd.short} operands "
+                                f"(operands share a dtype; add a Cast)")
+            want = dt.bool_ if e.op in _CMP else ad
+            if _cd(e.dtype) is not want:
+                raise TypeError(f"render: binary {e.op} of {ad.short} typed {e.dtype.short}")
+            return self._bind(_binary_code(e.op, v(e.a), v(e.b), ad, masked=True), e.dtype)
+        if isinstance(e, ir.Select):
+            cond = v(e.cond) if _cd(e.cond.dtype) is dt.bool_ else \
+                f"((uint8_t)({v(e.cond)} != 0))"
+            vd = _cd(e.dtype)
+            if _cd(e.a.dtype) is not vd or _cd(e.b.dtype) is not vd:
+                raise TypeError("render: select branches differ from its dtype")
+            if vd.is_float and (MASK_ALL_SELECTS or
+                                _cond_widths(e.cond, self.widths) - {vd.itemsize}):
+                fn = "ember_self" if vd is dt.float32 else "ember_seld"
+                return self._bind(f"{fn}({cond}, {v(e.a)}, {v(e.b)})", e.dtype)
+            return self._bind(f"({cond} ? {v(e.a)} : {v(e.b)})", e.dtype)
+        if isinstance(e, ir.Cast):
+            return self._bind(_cast_code(v(e.x), e.x.dtype, e.dtype), e.dtype)
+        if isinstance(e, ir.Bitcast):
+            if e.x.dtype.itemsize != e.dtype.itemsize:
+                raise TypeError(f"render: bitcast {e.x.dtype.short} -> {e.dtype.short}")
+            name = self.g.bitcast_helper(e.x.dtype, e.dtype)
+            return self._bind(f"{name}({v(e.x)})", e.dtype)
+        raise TypeError(f"render: unknown expression node {type(e).__name__}")
+
+
+def nodes(exprs) -> list:
+    """Every node of the expressions, each once, by identity. (Not `ir.walk`: hashing a
+    frozen node hashes its whole subtree, exponential in the depth of a shared DAG.)"""
+    seen, out = set(), []
+    stack = list(exprs)
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        out.append(e)
+        stack.extend(ir.children(e))
+    return out
+
+
+def _cond_widths(e, memo: dict) -> frozenset:
+    """The byte widths of the values a bool expression compares (loop-invariant leaves
+    count for none): a float select on a condition of other widths needs a bit-mask select
+    to vectorize."""
+    stack = [(e, False)]
+    while stack:
+        n, done = stack.pop()
+        if id(n) in memo:
+            continue
+        if not done:
+            stack.append((n, True))
+            stack.extend((c, False) for c in ir.children(n) if id(c) not in memo)
+            continue
+        w: frozenset = frozenset()
+        if isinstance(n, ir.Binary):
+            if n.op in _CMP:
+                ad = _cd(n.a.dtype)
+                w = frozenset({ad.itemsize}) if not ad.is_bool else \
+                    memo.get(id(n.a), frozenset()) | memo.get(id(n.b), frozenset())
+            else:
+                w = memo.get(id(n.a), frozenset()) | memo.get(id(n.b), frozenset())
+        elif isinstance(n, ir.Unary):
+            xd = _cd(n.x.dtype)
+            w = memo.get(id(n.x), frozenset()) if xd.is_bool else frozenset({xd.itemsize})
+        elif isinstance(n, ir.Cast):
+            xd = _cd(n.x.dtype)
+            w = memo.get(id(n.x), frozenset()) if xd.is_bool else frozenset({xd.itemsize})
+        elif isinstance(n, ir.Select):
+            w = memo.get(id(n.cond), frozenset()) | memo.get(id(n.a), frozenset()) | \
+                memo.get(id(n.b), frozenset())
+        elif isinstance(n, (ir.Load, ir.Bitcast)):
+            w = frozenset({1})
+        memo[id(n)] = w
+    return memo[id(e)]
+
+
+def _uses_index(exprs) -> bool:
+    return any(isinstance(n, ir.Index) for n in nodes(exprs))
+
+
+def _loads_of(exprs) -> set:
+    return {n.buffer for n in nodes(exprs) if isinstance(n, ir.Load)}
+
+
+def _collapse(sizes, strides, merge: bool):
+    """Drop size-1 dims and merge adjacent dims contiguous for every stride list
+    (``strides[b][d]``). Returns (sizes, strides, dims) where ``dims[i]`` lists the original
+    dims a collapsed dim covers."""
+    dims = [[d] for d in range(len(sizes))]
+    sizes = list(sizes)
+    strides = [list(s) for s in strides]
+    if not merge:
+        return sizes, strides, dims
+    keep = [i for i, n in enumerate(sizes) if n != 1]
+    sizes = [sizes[i] for i in keep]
+    strides = [[s[i] for i in keep] for s in strides]
+    dims = [dims[i] for i in keep]
+    i = len(sizes) - 2
+    while i >= 0:
+        if all(s[i] == s[i + 1] * sizes[i + 1] for s in strides):
+            sizes[i] *= sizes[i + 1]
+            for s in strides:
+                s[i] = s[i + 1]
+                del s[i + 1]
+            dims[i] = dims[i] + dims[i + 1]
+            del sizes[i + 1], dims[i + 1]
+        i -= 1
+    return sizes, strides, dims
+
+
+def _contig(sizes):
+    st, acc = [], 1
+    for n in reversed(sizes):
+        st.append(acc)
+        acc *= n
+    return st[::-1]
+
+
+class _Src:
+    def __init__(self):
+        self.lines: list = []
+        self.ind = 0
+
+    def __call__(self, *lines):
+        for ln in lines:
+            self.lines.append("  " * self.ind + ln)
+
+    def open(self, line):
+        self(line + " {")
+        self.ind += 1
+
+    def close(self, tail=""):
+        self.ind -= 1
+        self("}" + tail)
+
+
+def _pragma_for(opts: Options) -> str:
+    if not opts.openmp:
+        return ""
+    # dynamic: items are ~16K elements, and a core taken by another process must not stall
+    # the whole team (static shares wait for the slowest thread)
+    return ("#pragma omp parallel for num_threads((int)nthreads) if(nthreads > 1) "
+            "schedule(dynamic, 1)")
+
+
+def _pragma_simd(opts: Options) -> list:
+    if opts.unroll:     # GCC takes no other pragma between omp simd and the loop
+        return ["#pragma GCC ivdep", f"#pragma GCC unroll {int(opts.unroll)}"]
+    return ["#pragma omp simd"] if opts.openmp else []
+
+
+def _header(k, gen: _Gen, src: _Src, I: str, out_dtypes):
+    n_in = len(k.inputs)
+    src.open("void ember_kernel(char **bufs, const int64_t *args, int64_t nthreads, "
+             "int64_t chunk)")
+    for b, v in enumerate(k.inputs):
+        src(f"const {_storage_c(v.dtype)} *in{b} = (const {_storage_c(v.dtype)} *)bufs[{b}];")
+    for i, od in enumerate(out_dtypes):
+        src(f"{_storage_c(od)} *out{i} = ({_storage_c(od)} *)bufs[{n_in + i}];")
+    for i, ad in enumerate(k.args):
+        ad = _cd(ad)
+        if ad.is_float:
+            src(f"const {_C[ad]} arg{i} = ({_C[ad]})ember_argd(args, {i});")
+        elif ad.is_bool:
+            src(f"const uint8_t arg{i} = (uint8_t)(args[{i}] != 0);")
+        else:
+            src(f"const {_C[ad]} arg{i} = ({_C[ad]})({_U[ad]})args[{i}];")
+    src("(void)args; (void)nthreads; (void)chunk;")
+
+
+def _odometer_decompose(src, I, pvar, sizes, strides, offs, nbufs, prefix="i"):
+    """Declare index vars ``i{d}`` for the position ``pvar`` over ``sizes`` and per-buffer
+    offsets ``o{b}``."""
+    D = len(sizes)
+    if D == 0:
+        for b in range(nbufs):
+            src(f"{I} o{b} = {offs[b]};")
+        return
+    src(f"{I} r_ = {pvar};")
+    for d in range(D - 1, -1, -1):
+        if d == 0:
+            src(f"{I} {prefix}{d} = r_;")
+        else:
+            src(f"{I} {prefix}{d} = r_ % {sizes[d]}; r_ /= {sizes[d]};")
+    src("(void)r_;")
+    for b in range(nbufs):
+        terms = [str(offs[b])] + [f"{prefix}{d} * {strides[b][d]}" for d in range(D)
+                                  if strides[b][d] != 0]
+        src(f"{I} o{b} = {' + '.join(terms)};")
+
+
+def _odometer_advance(src, sizes, strides, nbufs, first: int, prefix="i"):
+    """Advance the multi-index by one along dim ``first`` (carrying into earlier dims),
+    keeping the per-buffer offsets ``o{b}`` in step."""
+    def step(d):
+        src(f"{prefix}{d}++;")
+        for b in range(nbufs):
+            if strides[b][d]:
+                src(f"o{b} += {strides[b][d]};")
+        if d == 0:
+            return
+        src.open(f"if ({prefix}{d} == {sizes[d]})")
+        src(f"{prefix}{d} = 0;")
+        for b in range(nbufs):
+            if strides[b][d]:
+                src(f"o{b} -= {sizes[d] * strides[b][d]};")
+        step(d - 1)
+        src.close()
+    step(first)
+
+
+# -- elementwise ----------------------------------------------------------------------------
+def _render_elementwise(k: ir.Elementwise, gen: _Gen, I: str) -> tuple:
+    opts = gen.opts
+    if len(k.exprs) != len(k.out_dtypes):
+        raise ValueError("render: Elementwise needs one out dtype per expression")
+    for e, od in zip(k.exprs, k.out_dtypes):
+        if _cd(e.dtype) is not _cd(od):
+            raise TypeError(f"render: an expression of dtype {e.dtype.short} cannot be "
+                            f"stored as {od.short} (compute dtypes differ; add a Cast)")
+    shape = [int(s) for s in k.shape]
+    for v in k.inputs:
+        if len(v.strides) != len(shape):
+            raise ValueError(f"render: view strides {v.strides} do not match the iteration "
+                             f"shape {tuple(shape)}")
+    N = _prod(shape)
+    nb = len(k.inputs)
+    use_index = _uses_index(k.exprs)
+    strides = [[int(s) for s in v.strides] for v in k.inputs]
+    offs = [int(v.offset) for v in k.inputs]
+    sizes, cstrides, dims = _collapse(shape, strides + [_contig(shape)], merge=not use_index)
+    cstrides = cstrides[:nb]
+    if not sizes:        # a single element
+        sizes, cstrides, dims = [1], [[0] for _ in range(nb)], [[]]
+    D = len(sizes)
+    last = D - 1
+    src = _Src()
+    _header(k, gen, src, I, k.out_dtypes)
+    src(f"const {I} N = {N};")
+    if N == 0:
+        src.close()
+        return src.lines, "elementwise", 0, 0
+    src(f"const {I} CH = chunk > 0 ? ({I})(chunk < N ? chunk : N) : ({I}){min(DEFAULT_CHUNK, N)};")
+    src("const " + I + " items = (N + CH - 1) / CH;")
+    pf = _pragma_for(opts)
+    if pf:
+        src(pf)
+    src.open(f"for ({I} it = 0; it < items; it++)")
+    src(f"{I} p = it * CH;")
+    src(f"const {I} pend = p + CH < N ? p + CH : N;")
+    _odometer_decompose(src, I, "p", sizes, cstrides, offs, nb)
+
+    def index_of(dim):
+        for cd, ds in enumerate(dims):
+            if dim in ds:
+                if len(ds) != 1:
+                    raise AssertionError("render: Index of a merged dim")
+                return f"(int64_t)(i{cd} + j)" if cd == last else f"(int64_t)i{cd}"
+        if 0 <= dim < len(shape):
+            return "(int64_t)0"
+        raise ValueError(f"render: Index({dim}) in a {len(shape)}-d iteration space")
+
+    src.open("while (p < pend)")
+    src(f"{I} len = {sizes[last]} - i{last};")
+    src("if (len > pend - p) len = pend - p;")
+    for ln in _pragma_simd(opts):
+        src(ln)
+    src.open(f"for ({I} j = 0; j < len; j++)")
+    scope = _Scope(gen, k.inputs, lambda b: f"in{b}[o{b} + j * {cstrides[b][last]}]"
+                   if cstrides[b][last] else f"in{b}[o{b}]", index_of)
+    vals = [scope.value(e) for e in k.exprs]
+    src(*scope.lines)
+    for i, (e, od, val) in enumerate(zip(k.exprs, k.out_dtypes, vals)):
+        src(f"out{i}[p + j] = {_store_code(val, e.dtype, od)};")
+    src.close()
+    src("p += len;")
+    if D > 1:
+        src.open("if (p < pend)")
+        src(f"i{last} = 0;")
+        for b in range(nb):
+            if cstrides[b][last]:
+                # back to the row start, then step the next dim
+                src(f"o{b} += (len - {sizes[last]}) * {cstrides[b][last]};")
+        src(f"/* i{last} was {sizes[last]} - len before this row */")
+        _odometer_advance(src, sizes, cstrides, nb, last - 1)
+        src.close()
+    src.close()   # while
+    src.close()   # for items
+    src.close()   # function
+    items = (N + DEFAULT_CHUNK - 1) // DEFAULT_CHUNK
+    return src.lines, "elementwise", N, items
+
+
+# -- reductions -----------------------------------------------------------------------------
+def _acc_ops(op: str, d: dt.DType):
+    """(identity C literal, combine(a, b) -> C code) of a reduction in compute dtype d."""
+    if d.is_bool:
+        if op == "max":
+            return "((uint8_t)0)", lambda a, b: f"(uint8_t)({a} | {b})"
+        if op == "min":
+            return "((uint8_t)1)", lambda a, b: f"(uint8_t)({a} & {b})"
+        raise TypeError(f"render: reduce {op} of a bool prologue; cast it first")
+    if op in ("sum", "prod") and d.is_int:
+        # Unsigned accumulators: wrapping sums in them are plain modular arithmetic (and GCC
+        # 12 -O3 miscompiles vectorized reductions into narrow *signed* accumulators).
+        u, w = _U[d], _W[d]
+        sym = "+" if op == "sum" else "*"
+        return (f"(({u}){0 if op == 'sum' else 1})",
+                lambda a, b: f"(({u})(({w}){a} {sym} ({w}){b}))")
+    if op == "sum":
+        return _float_lit(-0.0, d), lambda a, b: _binary_code("add", a, b, d)
+    if op == "prod":
+        return _float_lit(1.0, d), lambda a, b: _binary_code("mul", a, b, d)
+    if op == "max":
+        return _minmax_lit(d, "min"), lambda a, b: _binary_code("max", a, b, d)
+    if op == "min":
+        return _minmax_lit(d, "max"), lambda a, b: _binary_code("min", a, b, d)
+    raise ValueError(f"render: unknown reduce op {op!r}; valid: {sorted(ir.REDUCE_OPS)}")
+
+
+def _render_reduce(k: ir.Reduce, gen: _Gen, I: str) -> tuple:
+    opts = gen.opts
+    shape = [int(s) for s in k.shape]
+    nd = len(shape)
+    a = k.axis
+    if not 0 <= a < nd:
+        raise ValueError(f"render: reduce axis {a} out of range for shape {tuple(shape)}")
+    for v in k.inputs:
+        if len(v.strides) != nd:
+            raise ValueError(f"render: view strides {v.strides} do not match the iteration "
+                             f"shape {tuple(shape)}")
+    if _cd(k.epilogue.dtype) is not _cd(k.out_dtype):
+        raise TypeError(f"render: an epilogue of dtype {k.epilogue.dtype.short} cannot be "
+                        f"stored as {k.out_dtype.short} (compute dtypes differ; add a Cast)")
+    AD = _cd(k.prologue.dtype)
+    ident, comb = _acc_ops(k.op, AD)
+    # accumulator storage type: unsigned for int sums and products (see _acc_ops)
+    ACC = _U[AD] if AD.is_int and k.op in ("sum", "prod") else _C[AD]
+    ACCV = _C[AD]     # the reduced value the epilogue sees
+    pairwise = k.op == "sum" and AD.is_float
+    R = shape[a]
+    nb = len(k.inputs)
+    use_index = _uses_index([k.prologue, k.epilogue])
+    pro_loads = _loads_of([k.prologue])
+    kept = [d for d in range(nd) if d != a]
+    kshape = [shape[d] for d in kept]
+    P = _prod(kshape)
+    strides = [[int(s) for s in v.strides] for v in k.inputs]
+    sa = [s[a] for s in strides]
+    offs = [int(v.offset) for v in k.inputs]
+    ks = [[s[d] for d in kept] for s in strides]
+    bc = bool(getattr(k, "broadcast", False))
+    # broadcast: the output has the full shape; its offset o{nb} walks with the inputs'
+    full_cs = _contig(shape)
+    out_ks = [full_cs[d] for d in kept] if bc else _contig(kshape)
+    OSA = full_cs[a] if bc else 0
+    sizes, cstrides, dims = _collapse(kshape, ks + [out_ks], merge=not use_index)
+    nbo = nb + 1 if bc else nb          # buffers the odometer tracks (+ the output)
+    offs_o = offs + [0]
+    cstrides = cstrides[:nbo]
+    D = len(sizes)
+    cdims = [[kept[i] for i in ds] for ds in dims]   # collapsed dim -> original dims
+
+    # mode
+    mode = "row"
+    if D and R > 1 and P > 1 and sizes[-1] >= 4:
+        row_score = sum(1 for b in pro_loads if abs(sa[b]) == 1)
+        col_score = sum(1 for b in pro_loads if abs(cstrides[b][-1]) == 1)
+        if col_score > row_score:
+            mode = "column"
+    if mode == "row" and R >= 2 * SPLIT_SEG and P <= 16:
+        mode = "split"
+
+    src = _Src()
+    _header(k, gen, src, I, (k.out_dtype,))
+    if P == 0 or (bc and R == 0):
+        src.close()
+        return src.lines, "row", 0, 0
+    src(f"const {I} P = {P};")
+    src(f"const {I} R = {R}; (void)R;")
+    pf = _pragma_for(opts)
+
+    def idx_fn(kvar, in_epi, inner_j=None):
+        def f(dim):
+            if not 0 <= dim < nd:
+                raise ValueError(f"render: Index({dim}) in a {nd}-d iteration space")
+            if dim == a:
+                return "(int64_t)0" if in_epi and not bc else f"(int64_t)({kvar})"
+            for cd, ds in enumerate(cdims):
+                if dim in ds:
+                    if len(ds) != 1:
+                        raise AssertionError("render: Index of a merged dim")
+                    if inner_j is not None and cd == D - 1:
+                        return f"(int64_t)(i{cd} + {inner_j})"
+                    return f"(int64_t)i{cd}"
+            return "(int64_t)0"
+        return f
+
+    def pro_value(kexpr, jexpr=None):
+        """Emit the prologue at reduction index kexpr (and column lane jexpr)."""
+        def load(b):
+            parts = [f"o{b}"]
+            if sa[b]:
+                parts.append(f"({kexpr}) * {sa[b]}")
+            if jexpr is not None and cstrides[b][-1]:
+                parts.append(f"{jexpr} * {cstrides[b][-1]}")
+            return f"in{b}[{' + '.join(parts)}]"
+        sc = _Scope(gen, k.inputs, load, idx_fn(kexpr, False, jexpr))
+        val = sc.value(k.prologue)
+        return sc.lines, val
+
+    def epi_store(accv, outidx, jexpr=None):
+        def load(b):
+            if jexpr is not None and cstrides[b][-1]:
+                return f"in{b}[o{b} + {jexpr} * {cstrides[b][-1]}]"
+            return f"in{b}[o{b}]"
+        sc = _Scope(gen, k.inputs, load, idx_fn("0", True, jexpr), acc=accv, acc_dtype=AD)
+        val = sc.value(k.epilogue)
+        src(*sc.lines)
+        src(f"out0[{outidx}] = {_store_code(val, k.epilogue.dtype, k.out_dtype)};")
+
+    def epi_sweep(accv, kb, ke, lanes=False):
+        """Broadcast: the epilogue at every k in [kb, ke) of the row (of each column lane
+        j < jn, ``accv`` then naming the lane's accumulator)."""
+        src.open("")
+        if lanes:
+            jexpr, acc_name = "j", accv
+            src.open(f"for ({I} kk = {kb}; kk < {ke}; kk++)")
+            src(*_pragma_simd(opts))
+            src.open(f"for ({I} j = 0; j < jn; j++)")
+        else:
+            jexpr, acc_name = None, "accb_"
+            src(f"const {ACCV} accb_ = {accv};")
+            src(*_pragma_simd(opts))
+            src.open(f"for ({I} kk = {kb}; kk < {ke}; kk++)")
+
+        def load(b):
+            parts = [f"o{b}"]
+            if sa[b]:
+                parts.append(f"kk * {sa[b]}")
+            if jexpr is not None and cstrides[b][-1]:
+                parts.append(f"{jexpr} * {cstrides[b][-1]}")
+            return f"in{b}[{' + '.join(parts)}]"
+        sc = _Scope(gen, k.inputs, load, idx_fn("kk", True, jexpr), acc=acc_name,
+                    acc_dtype=AD)
+        val = sc.value(k.epilogue)
+        src(*sc.lines)
+        oidx = [f"o{nb}", f"kk * {OSA}"]
+        if jexpr is not None and cstrides[nb][-1]:
+            oidx.append(f"{jexpr} * {cstrides[nb][-1]}")
+        src(f"out0[{' + '.join(oidx)}] = {_store_code(val, k.epilogue.dtype, k.out_dtype)};")
+        if lanes:
+            src.close()
+        src.close()
+        src.close()
+
+    def tree8(target_decl: str):
+        """Combine a_[0..7] pairwise into ``target_decl`` (e.g. ``"float s_"``)."""
+        src(f"const {ACC} c01_ = {comb('a_[0]', 'a_[1]')}, c23_ = {comb('a_[2]', 'a_[3]')};")
+        src(f"const {ACC} c45_ = {comb('a_[4]', 'a_[5]')}, c67_ = {comb('a_[6]', 'a_[7]')};")
+        src(f"const {ACC} c03_ = {comb('c01_', 'c23_')}, c47_ = {comb('c45_', 'c67_')};")
+        src(f"{target_decl} = {comb('c03_', 'c47_')};")
+
+    def row_reduce(target, kb: str, ke: str):
+        """Emit code setting ``target`` (declared) to the reduction over k in [kb, ke)."""
+        src.open("")
+        if pairwise:
+            src(f"{ACC} st_[64]; int top_ = 0; int64_t nblk_ = 0;")
+            src.open(f"for ({I} k0 = {kb}; k0 < {ke}; k0 += {ROW_BLOCK})")
+            src(f"const {I} kn = ({ke}) - k0 < {ROW_BLOCK} ? ({ke}) - k0 : {ROW_BLOCK};")
+            src(f"{ACC} a_[8]; for (int u = 0; u < 8; u++) a_[u] = {ident};")
+            src(f"{I} kk = 0;")
+            src.open("for (; kk + 8 <= kn; kk += 8)")
+            src("#pragma GCC unroll 8")
+            src.open("for (int u = 0; u < 8; u++)")
+            lines, val = pro_value("k0 + kk + u")
+            src(*lines)
+            src(f"a_[u] = {comb('a_[u]', val)};")
+            src.close()
+            src.close()
+            tree8(f"{ACC} s_")
+            src.open("for (; kk < kn; kk++)")
+            lines, val = pro_value("k0 + kk")
+            src(*lines)
+            src(f"s_ = {comb('s_', val)};")
+            src.close()
+            src("nblk_++;")
+            src(f"for (int64_t c_ = nblk_; (c_ & 1) == 0; c_ >>= 1) "
+                f"s_ = {comb('st_[--top_]', 's_')};")
+            src("st_[top_++] = s_;")
+            src.close()
+            src.open("if (top_ == 0)")
+            src(f"{target} = {_float_lit(0.0, AD)};")
+            src.close()
+            src.open("else")
+            src(f"{ACC} s_ = st_[--top_];")
+            src(f"while (top_ > 0) {{ s_ = {comb('st_[top_ - 1]', 's_')}; top_--; }}")
+            src(f"{target} = s_;")
+            src.close()
+        else:
+            # LANES accumulators updated by an `omp simd` loop (GCC vectorizes this form of
+            # NaN-propagating max/min; an unrolled 8-way with a combine tree stays scalar)
+            L = ROW_LANES
+            src(f"{ACC} a_[{L}]; for (int u = 0; u < {L}; u++) a_[u] = {ident};")
+            src(f"{I} kk = {kb};")
+            src.open(f"for (; kk + {L} <= {ke}; kk += {L})")
+            if opts.openmp:
+                src("#pragma omp simd")
+            src.open(f"for (int u = 0; u < {L}; u++)")
+            lines, val = pro_value("kk + u")
+            src(*lines)
+            src(f"a_[u] = {comb('a_[u]', val)};")
+            src.close()
+            src.close()
+            src(f"{ACC} s_ = a_[0];")
+            src(f"for (int u = 1; u < {L}; u++) s_ = {comb('s_', 'a_[u]')};")
+            src.open(f"for (; kk < {ke}; kk++)")     # the tail, after the lanes combine
+            lines, val = pro_value("kk")
+            src(*lines)
+            src(f"s_ = {comb('s_', val)};")
+            src.close()
+            src(f"{target} = s_;")
+        src.close()
+
+    if mode == "row":
+        work = P * max(R, 1) * (2 if bc else 1)
+        default_chp = max(1, DEFAULT_CHUNK // max(R, 1))
+        rr = max(R, 1)
+        src(f"const {I} CHP = chunk > 0 ? ({I})(chunk / {rr} > 0 ? chunk / {rr} : 1) "
+            f": {default_chp};")
+        src(f"const {I} items = (P + CHP - 1) / CHP;")
+        if pf:
+            src(pf)
+        src.open(f"for ({I} it = 0; it < items; it++)")
+        src(f"{I} p = it * CHP;")
+        src(f"const {I} pend = p + CHP < P ? p + CHP : P;")
+        _odometer_decompose(src, I, "p", sizes, cstrides, offs_o, nbo)
+        src.open("for (;;)")
+        src(f"{ACCV} acc;")
+        row_reduce("acc", "0", "R")
+        if bc:
+            epi_sweep("acc", "0", "R")
+        else:
+            epi_store("acc", "p")
+        src("p++;")
+        src("if (p >= pend) break;")
+        if D:
+            _odometer_advance(src, sizes, cstrides, nbo, D - 1)
+        src.close()
+        src.close()
+        items = (P + default_chp - 1) // default_chp
+    elif mode == "split":
+        work = P * R
+        NS = (R + SPLIT_SEG - 1) // SPLIT_SEG
+        src(f"const {I} NS = {NS};")
+        src(f"{ACC} *part = ({ACC} *)__builtin_malloc(sizeof({ACC}) * (size_t)(P * NS));")
+        src.open("if (part)")
+        if pf:
+            src(pf)
+        src.open(f"for ({I} it = 0; it < P * NS; it++)")
+        src(f"const {I} p = it / NS, sg = it % NS;")
+        _odometer_decompose(src, I, "p", sizes, cstrides, offs, nb)
+        src(f"const {I} kb = sg * {SPLIT_SEG};")
+        src(f"const {I} ke = kb + {SPLIT_SEG} < R ? kb + {SPLIT_SEG} : R;")
+        src(f"{ACC} v_;")
+        row_reduce("v_", "kb", "ke")
+        src("part[it] = v_;")
+        src.close()
+        src.close()   # if (part); without scratch memory the serial path below computes
+        if bc:
+            src(f"{ACCV} accs_[{P}];")
+        src.open(f"for ({I} p = 0; p < P; p++)")
+        _odometer_decompose(src, I, "p", sizes, cstrides, offs, nb)
+        src(f"{ACCV} acc;")
+        src.open("if (!part)")
+        row_reduce("acc", "0", "R")
+        src.close()
+        src.open("else")
+        if pairwise:
+            src(f"{ACC} st_[64]; int top_ = 0;")
+            src.open(f"for ({I} sg = 0; sg < NS; sg++)")
+            src(f"{ACC} s_ = part[p * NS + sg];")
+            src(f"for (int64_t c_ = (int64_t)sg + 1; (c_ & 1) == 0; c_ >>= 1) "
+                f"s_ = {comb('st_[--top_]', 's_')};")
+            src("st_[top_++] = s_;")
+            src.close()
+            src(f"{ACC} s_ = st_[--top_];")
+            src(f"while (top_ > 0) {{ s_ = {comb('st_[top_ - 1]', 's_')}; top_--; }}")
+            src("acc = s_;")
+        else:
+            src(f"{ACC} s_ = part[p * NS];")
+            src(f"for ({I} sg = 1; sg < NS; sg++) s_ = {comb('s_', 'part[p * NS + sg]')};")
+            src("acc = s_;")
+        src.close()
+        if bc:
+            src("accs_[p] = acc;")
+        else:
+            epi_store("acc", "p")
+        src.close()
+        src("__builtin_free(part);")
+        if bc:      # the broadcast sweep, in parallel over the same segments
+            if pf:
+                src(pf)
+            src.open(f"for ({I} it = 0; it < P * NS; it++)")
+            src(f"const {I} p = it / NS, sg = it % NS;")
+            _odometer_decompose(src, I, "p", sizes, cstrides, offs_o, nbo)
+            src(f"const {I} kb = sg * {SPLIT_SEG};")
+            src(f"const {I} ke = kb + {SPLIT_SEG} < R ? kb + {SPLIT_SEG} : R;")
+            epi_sweep("accs_[p]", "kb", "ke")
+            src.close()
+            work *= 2
+        items = P * NS
+    else:   # column
+        work = P * R
+        NV = sizes[-1]
+        outer_sizes = sizes[:-1]
+        W = max(16, COL_BYTES // _dtype_size(ACC))
+        while W > 16 and (NV <= W // 2 or _prod(outer_sizes) * ((NV + W - 1) // W) < 16):
+            W //= 2        # fewer lanes when the items would be too few to share out
+        nvb = (NV + W - 1) // W
+        PO = _prod(outer_sizes)
+        nblocks = max(1, (R + ROW_BLOCK - 1) // ROW_BLOCK)
+        depth = max(1, math.ceil(math.log2(nblocks)) + 1) if nblocks > 1 else 1
+        src(f"const {I} NVB = {nvb};")
+        src(f"const {I} items = {PO} * NVB;")
+        if pf:
+            src(pf)
+        src.open(f"for ({I} it = 0; it < items; it++)")
+        src(f"const {I} po = it / NVB, j0 = (it % NVB) * {W};")
+        src(f"const {I} jn = {NV} - j0 < {W} ? {NV} - j0 : {W};")
+        # outer multi-index (dims 0..D-2) from po, lane dim from j0
+        if outer_sizes:
+            src(f"{I} r_ = po;")
+            for d in range(D - 2, -1, -1):
+                if d == 0:
+                    src(f"{I} i{d} = r_;")
+                else:
+                    src(f"{I} i{d} = r_ % {sizes[d]}; r_ /= {sizes[d]};")
+            src("(void)r_;")
+        src(f"{I} i{D - 1} = j0; (void)i{D - 1};")
+        for b in range(nbo):
+            terms = [str(offs_o[b])] + [f"i{d} * {cstrides[b][d]}" for d in range(D)
+                                        if cstrides[b][d] != 0]
+            src(f"const {I} o{b} = {' + '.join(terms)};")
+        src(f"{ACC} acc[{W}];")
+        simd = _pragma_simd(opts)
+        if pairwise:
+            src(f"{ACC} st_[{depth}][{W}]; int top_ = 0; int64_t nblk_ = 0;")
+            src.open(f"for ({I} k0 = 0; k0 < R; k0 += {ROW_BLOCK})")
+            src(f"const {I} ke = k0 + {ROW_BLOCK} < R ? k0 + {ROW_BLOCK} : R;")
+            src(f"{ACC} blk[{W}];")
+            src(f"for ({I} j = 0; j < {W}; j++) blk[j] = {ident};")
+            src.open(f"for ({I} kk = k0; kk < ke; kk++)")
+            src(*simd)
+            src.open(f"for ({I} j = 0; j < jn; j++)")
+            lines, val = pro_value("kk", "j")
+            src(*lines)
+            src(f"blk[j] = {comb('blk[j]', val)};")
+            src.close()
+            src.close()
+            src("nblk_++;")
+            src.open("for (int64_t c_ = nblk_; (c_ & 1) == 0; c_ >>= 1)")
+            src("--top_;")
+            src(f"for ({I} j = 0; j < {W}; j++) blk[j] = {comb('st_[top_][j]', 'blk[j]')};")
+            src.close()
+            src(f"for ({I} j = 0; j < {W}; j++) st_[top_][j] = blk[j];")
+            src("top_++;")
+            src.close()
+            src.open("if (top_ == 0)")
+            src(f"for ({I} j = 0; j < {W}; j++) acc[j] = {_float_lit(0.0, AD)};")
+            src.close()
+            src.open("else")
+            src("--top_;")
+            src(f"for ({I} j = 0; j < {W}; j++) acc[j] = st_[top_][j];")
+            src.open("while (top_ > 0)")
+            src("--top_;")
+            src(f"for ({I} j = 0; j < {W}; j++) acc[j] = {comb('st_[top_][j]', 'acc[j]')};")
+            src.close()
+            src.close()
+        else:
+            src(f"for ({I} j = 0; j < {W}; j++) acc[j] = {ident};")
+            src.open(f"for ({I} kk = 0; kk < R; kk++)")
+            src(*simd)
+            src.open(f"for ({I} j = 0; j < jn; j++)")
+            lines, val = pro_value("kk", "j")
+            src(*lines)
+            src(f"acc[j] = {comb('acc[j]', val)};")
+            src.close()
+            src.close()
+        if bc:
+            epi_sweep("acc[j]", "0", "R", lanes=True)
+            work *= 2
+        else:
+            src.open(f"for ({I} j = 0; j < jn; j++)")
+            epi_store("acc[j]", f"po * {NV} + j0 + j", "j")
+            src.close()
+        src.close()
+        items = PO * nvb
+    src.close()   # function
+    return src.lines, mode, work, items
+
+
+def render(kernel, options: Options = Options()) -> Rendered:
+    """The C source of ``kernel`` (`ir.Elementwise` or `ir.Reduce`)."""
+    if not isinstance(kernel, (ir.Elementwise, ir.Reduce)):
+        raise TypeError(f"render: not a kernel: {type(kernel).__name__}")
+    idx32 = bool(options.idx32) and fits_idx32(kernel)
+    I = "int32_t" if idx32 else "int64_t"
+    gen = _Gen(options, len(kernel.args))
+    if isinstance(kernel, ir.Elementwise):
+        body, mode, work, items = _render_elementwise(kernel, gen, I)
+    else:
+        body, mode, work, items = _render_reduce(kernel, gen, I)
+    pre = [_PRE_COMMON.strip("\n"),
+           (_PRE_HALF_NATIVE if options.float16 else _PRE_HALF_BITS).strip("\n")]
+    pre += list(gen.helpers.values())
+    return Rendered(source="\n".join(pre + body) + "\n", mode=mode, work=work, items=items,
+                    idx32=idx32)
