@@ -14,20 +14,21 @@ def device(kind: str = "cpu", index: int = 0, *, fusion: bool | None = None,
     """A device by name: ``"cpu"`` (or ``"cpu:0"``). With ``autodiff=True`` it tracks
     gradients (the same as ``.autodiff()``).
 
-    Fusion on the CPU arrives with the kernel runtime; until then ``"cpu"`` is plain NdArray
-    and ``fusion=True`` is refused with that reason.
+    ``fusion=True`` gives Fusion(NdArray): ops recorded lazily and run as generated C kernels
+    (unfused, with identical results, when no C compiler is found). Until its speed targets are
+    shown, plain NdArray stays the default (``fusion=None``/``False``).
     """
     if ":" in kind:
         kind, _, idx = kind.partition(":")
         index = int(idx)
     kind = kind.lower()
     if kind == "cpu":
-        if fusion:
-            raise BackendUnavailableError(
-                "device('cpu', fusion=True): the Fusion decorator is not available yet; "
-                "use device('cpu') (NdArray)")
         from ..backend.ndarray import NdArray
-        dev = NdArray().device(index)
+        if fusion:
+            from ..backend.fusion import Fusion
+            dev = Fusion(NdArray()).device(index)
+        else:
+            dev = NdArray().device(index)
     elif kind in ("cuda", "gpu", "wgpu", "torch"):
         from ..backend.stacks import backend_info
         reasons = {b.name: b.reason for b in backend_info()}

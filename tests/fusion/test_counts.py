@@ -194,3 +194,12 @@ def test_without_a_runtime_ops_run_unfused_with_identical_results():
     assert em.fusion.stats()["kernels"] == 0
     want = em.softmax(em.tensor(a, device=UNFUSED) * 2.0, 1)
     np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_device_cpu_with_fusion_is_fusion_over_ndarray():
+    """`em.device("cpu", fusion=True)` is Fusion(NdArray); plain "cpu" stays NdArray."""
+    import ember as em
+    from ember.backend import Fusion, NdArray
+    assert em.device("cpu", fusion=True) is Fusion(NdArray()).device(0)
+    assert em.device("cpu") is NdArray().device(0)
+    assert em.device("cpu", fusion=True, autodiff=True).backend.inner is Fusion(NdArray())
