@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetError, DTypeError
+from ..record.atomic import fsync_dir
 from .dataset import Dataset
 
 __all__ = ["SqliteDataset", "SqliteDatasetWriter"]
@@ -207,7 +208,7 @@ class SqliteDatasetWriter:
             with open(self._tmp, "rb+") as f:
                 os.fsync(f.fileno())
             os.replace(self._tmp, self.path)
-            _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+            fsync_dir(os.path.dirname(os.path.abspath(self.path)))
         except BaseException:
             if os.path.exists(self._tmp):
                 os.unlink(self._tmp)
@@ -229,19 +230,6 @@ class SqliteDatasetWriter:
             self.abort()
         except Exception:
             pass
-
-
-def _fsync_dir(folder: str) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _tables(con) -> list[str]:

@@ -25,11 +25,12 @@ def _umask() -> int:
     return 0o022
 
 
-def _fsync_dir(directory: str) -> None:
+def fsync_dir(directory) -> None:
+    """Flush a directory's entries (renames, new files) to disk; a no-op off POSIX."""
     if os.name != "posix":
         return
     try:
-        fd = os.open(directory, os.O_RDONLY)
+        fd = os.open(os.fspath(directory), os.O_RDONLY)
     except OSError:
         return
     try:
@@ -70,7 +71,7 @@ def atomic_write(path, mode: str = "wb", *, encoding: str | None = None):
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _fsync_dir(directory)
+    fsync_dir(directory)
 
 
 def write_bytes_atomic(path, data: bytes) -> None:

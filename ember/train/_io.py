@@ -1,29 +1,14 @@
 """Atomic writes for the files the Learner writes (the records package's helpers), and an
-fsync of a directory after renames inside it."""
+fsync of a whole tree after a checkpoint directory is renamed into place."""
 from __future__ import annotations
 
 import os
 
-from ..record.atomic import atomic_write, write_bytes_atomic, write_text_atomic  # noqa: F401
+from ..record.atomic import (atomic_write, fsync_dir, write_bytes_atomic,  # noqa: F401
+                             write_text_atomic)
 
 __all__ = ["atomic_write", "write_bytes_atomic", "write_text_atomic", "fsync_dir",
            "fsync_tree"]
-
-
-def fsync_dir(directory) -> None:
-    """Flush a directory's entries (renames, new files) to disk; a no-op off POSIX."""
-    if os.name != "posix":
-        return
-    try:
-        fd = os.open(os.fspath(directory), os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def fsync_tree(directory) -> None:
