@@ -690,14 +690,7 @@ class Learner:
                 ctx = MetricContext(split="train", lr=lr, batch_size=view.batch_size,
                                     epoch=epoch, iteration=it, now=now)
                 items += ctx.batch_size
-                vals, ups = {}, {}
-                for m in metrics:
-                    v = m.update(view, ctx)
-                    vals[m.name] = v
-                    ev = m.value()
-                    ups[m.name] = MetricUpdate(m.name, v, ev, m.format(ev), m.higher_is_better)
-                if logger is not None:
-                    logger.log_item("train", epoch, it, vals)
+                ups = _update_metrics(metrics, view, ctx, logger)
             prog = Progress("train", epoch, self.num_epochs, it, n_iter, items,
                             self._state["global_step"], time.perf_counter() - run_t0)
             renderer.on_train_item(ItemEvent(prog, ups))
@@ -775,14 +768,7 @@ class Learner:
             ctx = MetricContext(split="valid", lr=None, batch_size=view.batch_size,
                                 epoch=epoch, iteration=it, now=now)
             items += ctx.batch_size
-            vals, ups = {}, {}
-            for m in metrics:
-                v = m.update(view, ctx)
-                vals[m.name] = v
-                ev = m.value()
-                ups[m.name] = MetricUpdate(m.name, v, ev, m.format(ev), m.higher_is_better)
-            if logger is not None:
-                logger.log_item("valid", epoch, it, vals)
+            ups = _update_metrics(metrics, view, ctx, logger)
             prog = Progress("valid", epoch, self.num_epochs, it, n_iter, items,
                             self._state["global_step"], time.perf_counter() - run_t0)
             renderer.on_valid_item(ItemEvent(prog, ups))
@@ -832,6 +818,20 @@ class Learner:
                 logger.write_epoch("train", epoch)
         return info.path
 
+
+
+def _update_metrics(metrics, view, ctx, logger) -> dict:
+    """Feed one step's item to every metric; log the step's values; return the updates the
+    renderer shows."""
+    vals, ups = {}, {}
+    for m in metrics:
+        v = m.update(view, ctx)
+        vals[m.name] = v
+        ev = m.value()
+        ups[m.name] = MetricUpdate(m.name, v, ev, m.format(ev), m.higher_is_better)
+    if logger is not None:
+        logger.log_item(ctx.split, ctx.epoch, ctx.iteration, vals)
+    return ups
 
 class LearnerBuilder:
     """Burn's builder, for those who like it:
