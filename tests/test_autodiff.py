@@ -463,7 +463,7 @@ def test_backward_computes_only_the_gradients_that_are_wanted(monkeypatch):
     require grad: a first layer's input costs no backward matmul or conv."""
     import ember as em
     from ember.ops import OPS
-    calls = {"matmul": 0, "conv_transpose2d": 0, "conv2d_weight_backward": 0}
+    calls = {"matmul": 0, "conv_transpose2d": 0, "conv2d_weight_backward": 0, "mul": 0}
     for name in calls:
         op = OPS[name]
         orig = op.numpy
@@ -483,3 +483,8 @@ def test_backward_computes_only_the_gradients_that_are_wanted(monkeypatch):
     grads = em.conv2d(img, k).sum().backward()
     assert calls["conv_transpose2d"] == 0 and calls["conv2d_weight_backward"] == 1, calls
     np.testing.assert_allclose(k.grad(grads).numpy(), np.full((1, 1, 3, 3), 4.0))
+    calls["mul"] = 0
+    xs = em.tensor(np.full((4, 2), 2.0), device=ad)
+    grads = (xs * w[:1]).sum().backward()
+    assert calls["mul"] == 2, calls       # the forward and dL/dw, not dL/dx
+    np.testing.assert_allclose(w.grad(grads).numpy(), np.array([[8.0, 8.0]] + [[0.0, 0.0]] * 2))

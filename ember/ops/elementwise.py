@@ -83,9 +83,10 @@ def unary(name, numpy, vjp=None, *, kinds=FLOAT, out=None, expr=None, doc=""):
 
 
 def binary(name, numpy, vjp=None, *, kinds=NUMERIC, out=None, promote="same", infer=None,
-           expr=None, doc=""):
+           expr=None, doc="", vjp_needs=False):
     return declare(name, "binary", nin=2, infer=infer or binary_infer(name, kinds, out),
-                   numpy=numpy, vjp=vjp, promote=promote, expr=expr, doc=doc)
+                   numpy=numpy, vjp=vjp, promote=promote, expr=expr, doc=doc,
+                   vjp_needs=vjp_needs)
 
 
 def _is_t(x):
@@ -109,13 +110,15 @@ def _int_passthrough(fn):
 # -- arithmetic -----------------------------------------------------------------------------
 ADD = binary("add", np.add, lambda g, i, o: (g, g), expr=L.add)
 SUB = binary("sub", np.subtract, lambda g, i, o: (g, -g), expr=L.sub)
-MUL = binary("mul", np.multiply, lambda g, i, o: (g * i[1] if _is_t(i[0]) else None,
-                                                  g * i[0] if _is_t(i[1]) else None),
-             expr=L.mul)
+# mul and div compute only the gradients wanted (``needs``): in ``x * w`` with a constant
+# ``x``, the product for ``x`` would be a full-size op for nothing.
+MUL = binary("mul", np.multiply, lambda g, i, o, needs: (g * i[1] if needs[0] else None,
+                                                         g * i[0] if needs[1] else None),
+             expr=L.mul, vjp_needs=True)
 DIV = binary("div", np.true_divide,
-             lambda g, i, o: (g / i[1] if _is_t(i[0]) else None,
-                              -g * o / i[1] if _is_t(i[1]) else None),
-             kinds=FLOAT, promote="float", expr=L.div,
+             lambda g, i, o, needs: (g / i[1] if needs[0] else None,
+                                     -g * o / i[1] if needs[1] else None),
+             kinds=FLOAT, promote="float", expr=L.div, vjp_needs=True,
              doc="true division; ints are promoted to float")
 
 NEG = unary("neg", np.negative, lambda g, i, o: (-g,), kinds=NUMERIC, expr=L.neg)
