@@ -17,23 +17,23 @@ _F32 = np.dtype(np.float32)
 _HALF = (np.dtype(np.float16), dt.bfloat16.np)
 
 
-def _sigmoid_numpy(x):
+def _sigmoid_numpy(x, *, xp=np):
     """``exp(min(x, 0)) / (1 + exp(-|x|))``: equal to 1 / (1 + exp(-x)), but no ``exp``
     overflows and tiny results keep their relative accuracy (down to subnormals). f16/bf16
     are computed in f32 and rounded once."""
-    x = np.asarray(x)
+    x = xp.asarray(x)
     src = x.dtype
     if src in _HALF:
         x = x.astype(_F32)
-    num = np.empty(x.shape, x.dtype)
-    den = np.empty(x.shape, x.dtype)
-    np.minimum(x, 0, out=num)
-    np.exp(num, out=num)
-    np.abs(x, out=den)
-    np.negative(den, out=den)
-    np.exp(den, out=den)
-    np.add(den, 1, out=den)
-    np.divide(num, den, out=num)
+    num = xp.empty(x.shape, x.dtype)
+    den = xp.empty(x.shape, x.dtype)
+    xp.minimum(x, 0, out=num)
+    xp.exp(num, out=num)
+    xp.abs(x, out=den)
+    xp.negative(den, out=den)
+    xp.exp(den, out=den)
+    xp.add(den, 1, out=den)
+    xp.divide(num, den, out=num)
     return num.astype(src, copy=False)
 
 
@@ -43,9 +43,9 @@ SIGMOID = declare(
     doc="logistic function 1 / (1 + exp(-x)), stable for large |x|")
 
 
-def _relu_numpy(x):
+def _relu_numpy(x, *, xp=np):
     # NaN propagates (as in PyTorch); ints keep their dtype (the 0 is a weak scalar)
-    return np.maximum(x, x.dtype.type(0))
+    return xp.maximum(x, x.dtype.type(0))
 
 
 RELU = declare(

@@ -16,7 +16,7 @@ from .registry import declare
 FULL = declare(
     "full", "creation", nin=0, attrs=("shape", "value", "dtype"),
     infer=lambda shape, value, dtype: (shape, dtype),  # full() checked the shape
-    numpy=lambda shape, value, dtype: np.full(shape, value, dtype=dtype.np),
+    numpy=lambda shape, value, dtype, *, xp=np: xp.full(shape, value, dtype=dtype.np),
     doc="a tensor of one value")
 
 
@@ -25,8 +25,10 @@ def _random_infer(shape, distribution, dtype):
     return (shape, dtype)  # random() checked the shape
 
 
-def _random_numpy(rng, shape, distribution, dtype):
-    return distribution.sample_numpy(rng, shape, dtype.np)
+def _random_numpy(rng, shape, distribution, dtype, *, xp=np):
+    if xp is np:
+        return distribution.sample_numpy(rng, shape, dtype.np)
+    return distribution.sample_numpy(rng, shape, dtype.np, xp=xp)
 
 
 RANDOM = declare(
@@ -75,12 +77,12 @@ def _arange_infer(start, stop, step, dtype):
     return ((n,), dtype)
 
 
-def _arange_numpy(start, stop, step, dtype):
+def _arange_numpy(start, stop, step, dtype, *, xp=np):
     n = arange_len(start, stop, step)
     if dtype.kind == "int" and isinstance(start, int) and isinstance(step, int):
-        return (np.arange(n, dtype=np.int64) * step + start).astype(dtype.np)
+        return (xp.arange(n, dtype=np.int64) * step + start).astype(dtype.np)
     # start + i * step in f64 (no accumulated error), then one rounding to the dtype.
-    return (np.arange(n, dtype=np.float64) * step + start).astype(dtype.np)
+    return (xp.arange(n, dtype=np.float64) * step + start).astype(dtype.np)
 
 
 ARANGE = declare(
@@ -100,8 +102,11 @@ def _linspace_infer(start, end, steps, dtype):
     return ((steps,), dtype)
 
 
-def _linspace_numpy(start, end, steps, dtype):
-    return np.linspace(float(start), float(end), steps, dtype=np.float64).astype(dtype.np)
+def _linspace_numpy(start, end, steps, dtype, *, xp=np):
+    # computed on the host everywhere: a device may contract start + i * step into one
+    # fused multiply-add, and an int dtype would then truncate some values differently
+    out = np.linspace(float(start), float(end), steps, dtype=np.float64).astype(dtype.np)
+    return out if xp is np else xp.asarray(out)
 
 
 LINSPACE = declare(
@@ -118,5 +123,5 @@ def _eye_infer(n, m, dtype):
 
 EYE = declare(
     "eye", "creation", nin=0, attrs=("n", "m", "dtype"),
-    infer=_eye_infer, numpy=lambda n, m, dtype: np.eye(n, m, dtype=dtype.np),
+    infer=_eye_infer, numpy=lambda n, m, dtype, *, xp=np: xp.eye(n, m, dtype=dtype.np),
     doc="an n x m matrix with ones on the diagonal")

@@ -98,11 +98,14 @@ def _zero_grad(g, i, o, **_):
     return tuple(api.zeros_like(g) if _is_t(x) else None for x in i)
 
 
-def _int_passthrough(fn):
-    """``fn`` on floats; int tensors are returned unchanged (rounding them is the identity)."""
-    def run(x):
+def _int_passthrough(name):
+    """The ufunc ``name`` on floats; int tensors are returned unchanged (rounding them is the
+    identity)."""
+    fn = getattr(np, name)
+
+    def run(x, *, xp=np):
         if x.dtype in _FLOAT_NP:
-            return fn(x)
+            return fn(x) if xp is np else getattr(xp, name)(x)
         return x
     return run
 
@@ -135,10 +138,10 @@ SQRT = unary("sqrt", _quiet(np.sqrt), lambda g, i, o: (g * 0.5 / o,), expr=L.sqr
 
 
 @_quiet
-def _rsqrt_numpy(x):
+def _rsqrt_numpy(x, *, xp=np):
     if x.dtype.itemsize < 4:  # f16/bf16: one rounding, through f32
-        return 1.0 / np.sqrt(x.astype(np.float32))
-    return 1.0 / np.sqrt(x)
+        return 1.0 / xp.sqrt(x.astype(np.float32))
+    return 1.0 / xp.sqrt(x)
 
 
 RSQRT = unary("rsqrt", _rsqrt_numpy, lambda g, i, o: (g * (o * o * o) * -0.5,),
@@ -245,35 +248,37 @@ ABS = unary("abs", np.abs, lambda g, i, o: (g * i[0].sign(),), kinds=NUMERIC, ex
             doc="absolute value (ints wrap: abs(-128 as i8) is -128, as in C and PyTorch)")
 SIGN = unary("sign", np.sign, _zero_grad, kinds=NUMERIC, expr=L.sign,
              doc="-1, 0 or 1 (nan stays nan)")
-ROUND = unary("round", _int_passthrough(np.rint), _zero_grad, kinds=NUMERIC,
+ROUND = unary("round", _int_passthrough("rint"), _zero_grad, kinds=NUMERIC,
               expr=L.rounding("rint"),
               doc="round half to even; ints unchanged")
-FLOOR = unary("floor", _int_passthrough(np.floor), _zero_grad, kinds=NUMERIC,
+FLOOR = unary("floor", _int_passthrough("floor"), _zero_grad, kinds=NUMERIC,
               expr=L.rounding("floor"),
               doc="round toward -inf; ints unchanged")
-CEIL = unary("ceil", _int_passthrough(np.ceil), _zero_grad, kinds=NUMERIC,
+CEIL = unary("ceil", _int_passthrough("ceil"), _zero_grad, kinds=NUMERIC,
              expr=L.rounding("ceil"),
              doc="round toward +inf; ints unchanged")
-TRUNC = unary("trunc", _int_passthrough(np.trunc), _zero_grad, kinds=NUMERIC,
+TRUNC = unary("trunc", _int_passthrough("trunc"), _zero_grad, kinds=NUMERIC,
               expr=L.rounding("trunc"),
               doc="round toward 0; ints unchanged")
 
 
-def _is_special(fn, int_value):
-    def run(x):
+def _is_special(name, int_value):
+    fn = getattr(np, name)
+
+    def run(x, *, xp=np):
         if x.dtype in _FLOAT_NP:
-            return fn(x)
-        return np.full(np.shape(x), int_value, dtype=np.bool_)
+            return fn(x) if xp is np else getattr(xp, name)(x)
+        return xp.full(x.shape, int_value, dtype=np.bool_)
     return run
 
 
-IS_NAN = unary("is_nan", _is_special(np.isnan, False), kinds=ANY, out=dt.bool_,
+IS_NAN = unary("is_nan", _is_special("isnan", False), kinds=ANY, out=dt.bool_,
                expr=L.is_nan,
                doc="True where x is nan (never for ints and bools)")
-IS_INF = unary("is_inf", _is_special(np.isinf, False), kinds=ANY, out=dt.bool_,
+IS_INF = unary("is_inf", _is_special("isinf", False), kinds=ANY, out=dt.bool_,
                expr=L.is_inf,
                doc="True where x is +-inf (never for ints and bools)")
-IS_FINITE = unary("is_finite", _is_special(np.isfinite, True), kinds=ANY, out=dt.bool_,
+IS_FINITE = unary("is_finite", _is_special("isfinite", True), kinds=ANY, out=dt.bool_,
                   expr=L.is_finite,
                   doc="True where x is neither nan nor +-inf (always for ints and bools)")
 
@@ -292,17 +297,20 @@ _pow_base_infer = binary_infer("pow", NUMERIC)
 
 
 @_quiet
-def _pow_numpy(a, b):
+def _pow_numpy(a, b, *, xp=np):
     if _is_int_operand(a) and _is_int_operand(b) and not isinstance(b, int):
-        b = np.asarray(b)
+        b = xp.asarray(b)
         neg = b < 0
-        if neg.any():
+        # (on a device, always take this path: asking whether any exponent is negative
+        # would synchronize)
+        if xp is not np or neg.any():
             # PyTorch's rule for negative int exponents: 1 ** -n = 1, (-1) ** -n = +-1, else 0
-            r = np.power(a, np.where(neg, 0, b))
+            a = xp.asarray(a)
+            r = xp.power(a, xp.where(neg, 0, b))
             odd = (b & 1).astype(np.bool_)
-            inv = np.where(a == 1, 1, np.where(a == -1, np.where(odd, -1, 1), 0))
-            return np.where(neg, inv, r)
-    return np.power(a, b)
+            inv = xp.where(a == 1, 1, xp.where(a == -1, xp.where(odd, -1, 1), 0))
+            return xp.where(neg, inv, r)
+    return xp.power(a, b)
 
 
 def _is_int_operand(x):
@@ -388,12 +396,12 @@ def _clamp_infer(x, min, max):
 
 
 @_quiet
-def _clamp_numpy(x, min, max):
+def _clamp_numpy(x, min, max, *, xp=np):
     # maximum then minimum (np.clip's order: min > max gives max), cheaper than np.clip
     if min is not None:
-        x = np.maximum(x, min)
+        x = xp.maximum(x, min)
     if max is not None:
-        x = np.minimum(x, max)
+        x = xp.minimum(x, max)
     return x
 
 
@@ -420,16 +428,16 @@ def _cast_infer(x, dtype):
 
 
 @_quiet
-def _float_to_i64(x):
-    return np.where(np.isfinite(x), x, 0).astype(np.int64)
+def _float_to_i64(x, xp=np):
+    return xp.where(xp.isfinite(x), x, 0).astype(np.int64)
 
 
-def _cast_numpy(x, dtype):
-    x = np.asarray(x)
+def _cast_numpy(x, dtype, *, xp=np):
+    x = xp.asarray(x)
     if dtype.kind == "int" and x.dtype in _FLOAT_NP:
         # truncate toward zero; nan/+-inf give 0; through i64 so that out-of-range values wrap
         # modulo 2**bits the same way on every platform
-        x = _float_to_i64(x)
+        x = _float_to_i64(x, xp)
         return x if dtype is dt.int64 else x.astype(dtype.np)
     return x.astype(dtype.np)
 
@@ -499,8 +507,8 @@ def _where_infer(cond, a, b):
     return (broadcast_many("where", shapes), d)
 
 
-def _where_numpy(cond, a, b):
-    return np.where(cond, a, b)
+def _where_numpy(cond, a, b, *, xp=np):
+    return xp.where(cond, a, b)
 
 
 def _where_vjp(g, i, o):

@@ -10,16 +10,18 @@ from __future__ import annotations
 import numpy as np
 
 from ._api import api
+from ._xp import add_at, value_range
 from .registry import declare
 from .rules import require_kind
 from .view import check_slices, np_slices
 from ..errors import DTypeError, IndexError_, ShapeError
 
 
-def _check_range(op, idx, n, dim):
-    """Raise IndexError_ if any value of ``idx`` is outside ``[0, n)``."""
+def _check_range(op, idx, n, dim, xp=np):
+    """Raise IndexError_ if any value of ``idx`` is outside ``[0, n)`` (on a device, this
+    reads two values back: a synchronization)."""
     if idx.size:
-        lo, hi = int(idx.min()), int(idx.max())
+        lo, hi = value_range(idx, xp)
         if lo < 0 or hi >= n:
             bad = lo if lo < 0 else hi
             raise IndexError_(f"{op}: index {bad} is out of range for dim {dim} of size {n}; "
@@ -63,7 +65,7 @@ def _cat_vjp(g, inputs, out, dim):
 
 CAT = declare(
     "cat", "index", nin=-1, attrs=("dim",), infer=_cat_infer,
-    numpy=lambda *xs, dim: np.concatenate(xs, axis=dim), vjp=_cat_vjp,
+    numpy=lambda *xs, dim, xp=np: xp.concatenate(xs, axis=dim), vjp=_cat_vjp,
     doc="concatenate any number of same-dtype tensors along dim (nin=-1: a variable count)")
 
 
@@ -79,8 +81,8 @@ def _slice_assign_infer(x, values, slices):
     return (x._shape, x._dtype)
 
 
-def _slice_assign_numpy(x, values, slices):
-    out = np.array(x, copy=True)
+def _slice_assign_numpy(x, values, slices, *, xp=np):
+    out = xp.array(x, copy=True)
     out[np_slices(slices)] = values
     return out
 
@@ -99,7 +101,7 @@ SLICE_ASSIGN = declare(
 
 
 # -- gather / scatter -----------------------------------------------------------------------
-def _along(index, dim):
+def _along(index, dim, xp=np):
     """A NumPy fancy index addressing ``index``'s positions with dim ``dim`` replaced by the
     values of ``index`` (the common core of gather and scatter)."""
     n = index.ndim
@@ -110,7 +112,7 @@ def _along(index, dim):
         else:
             shape = [1] * n
             shape[d] = s
-            out.append(np.arange(s).reshape(shape))
+            out.append(xp.arange(s).reshape(shape))
     return tuple(out)
 
 
@@ -124,12 +126,12 @@ def _gather_infer(x, index, dim):
     return (is_, x._dtype)
 
 
-def _gather_numpy(x, index, dim):
+def _gather_numpy(x, index, dim, *, xp=np):
     if x.ndim == 0:
-        _check_range("gather", index, 1, dim)
-        return np.broadcast_to(x, index.shape).copy()
-    _check_range("gather", index, x.shape[dim], dim)
-    return x[_along(index, dim)]
+        _check_range("gather", index, 1, dim, xp)
+        return xp.broadcast_to(x, index.shape).copy()
+    _check_range("gather", index, x.shape[dim], dim, xp)
+    return x[_along(index, dim, xp)]
 
 
 def _gather_vjp(g, inputs, out, dim):
@@ -160,21 +162,21 @@ def _scatter_infer(x, index, src, dim, reduce):
     return (xs, x._dtype)
 
 
-def _scatter_numpy(x, index, src, dim, reduce):
-    out = np.array(x, copy=True)
+def _scatter_numpy(x, index, src, dim, reduce, *, xp=np):
+    out = xp.array(x, copy=True)
     if out.ndim == 0:
-        _check_range("scatter", index, 1, dim)
+        _check_range("scatter", index, 1, dim, xp)
         if index.size:
             out[...] = (out + src) if reduce == "add" else src
         return out
-    _check_range("scatter", index, out.shape[dim], dim)
+    _check_range("scatter", index, out.shape[dim], dim, xp)
     if src.shape != index.shape:
         src = src[tuple(slice(0, s) for s in index.shape)]
-    where = _along(index, dim)
+    where = _along(index, dim, xp)
     if reduce == "assign":
         out[where] = src
     else:
-        np.add.at(out, where, src)
+        out = add_at(out, where, src, xp)
     return out
 
 
@@ -214,9 +216,9 @@ def _index_select_infer(x, indices, dim):
     return (s[:dim] + indices._shape + s[dim + 1:], x._dtype)
 
 
-def _index_select_numpy(x, indices, dim):
-    _check_range("index_select", indices, x.shape[dim], dim)
-    return np.take(x, indices, axis=dim)
+def _index_select_numpy(x, indices, dim, *, xp=np):
+    _check_range("index_select", indices, x.shape[dim], dim, xp)
+    return xp.take(x, indices, axis=dim)
 
 
 def _index_select_vjp(g, inputs, out, dim):
@@ -237,13 +239,13 @@ def _one_hot_infer(x, num_classes, dtype):
     return (x._shape + (num_classes,), dtype)
 
 
-def _one_hot_numpy(x, num_classes, dtype):
+def _one_hot_numpy(x, num_classes, dtype, *, xp=np):
     if x.size:
-        lo, hi = int(x.min()), int(x.max())
+        lo, hi = value_range(x, xp)
         if lo < 0 or hi >= num_classes:
             raise IndexError_(f"one_hot: class {lo if lo < 0 else hi} is out of range for "
                               f"num_classes={num_classes}; valid: 0..{num_classes - 1}")
-    return np.asarray(x)[..., None] == np.arange(num_classes)
+    return xp.asarray(x)[..., None] == xp.arange(num_classes)
 
 
 ONE_HOT = declare(

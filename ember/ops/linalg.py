@@ -41,11 +41,11 @@ _F32 = np.dtype(np.float32)
 _HALF = (np.dtype(np.float16), dt.bfloat16.np)
 
 
-def _matmul_numpy(a, b):
+def _matmul_numpy(a, b, *, xp=np):
     # f16/bf16: accumulate in f32 (as tensor cores and PyTorch do), round once at the end.
     if a.dtype in _HALF:
-        return np.matmul(a.astype(_F32), b.astype(_F32)).astype(a.dtype)
-    return np.matmul(a, b)
+        return xp.matmul(a.astype(_F32), b.astype(_F32)).astype(a.dtype)
+    return xp.matmul(a, b)
 
 
 def _matmul_vjp(g, inputs, out, needs):

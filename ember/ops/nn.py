@@ -21,11 +21,11 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from .. import dtype as dt
 from ..errors import IndexError_, ShapeError
 from ._api import api
+from ._xp import add_at, as_strided, device_array, value_range, weighted_bincount
 from .registry import declare
 from .rules import require_kind, same_dtype
 
@@ -95,13 +95,13 @@ def _grad_output_padding(in_size, out_size, kernel, stride, padding, dilation):
                                               dilation))
 
 
-def _pad(x, lo, hi, nd, value=0.0):
+def _pad(x, lo, hi, nd, value=0.0, xp=np):
     if not any(lo) and not any(hi):
         return x
-    return np.pad(x, ((0, 0), (0, 0)) + tuple(zip(lo, hi)), constant_values=value)
+    return xp.pad(x, ((0, 0), (0, 0)) + tuple(zip(lo, hi)), constant_values=value)
 
 
-def _im2col(x, kernel, stride, padding, dilation, groups, nd):
+def _im2col(x, kernel, stride, padding, dilation, groups, nd, xp=np):
     """``[groups, N*P, K*C/groups]`` columns of a conv input (kernel-offset major, channel
     minor), and the output spatial size. The input is copied once, zero-padded with its
     channels innermost (so the column copy moves contiguous runs of kernel-width * channels),
@@ -111,33 +111,32 @@ def _im2col(x, kernel, stride, padding, dilation, groups, nd):
     cg = c // groups
     xl = x.transpose((0,) + tuple(range(2, 2 + nd)) + (1,))
     if any(padding):
-        xp = np.zeros((n,) + tuple(s_ + 2 * p for s_, p in zip(size, padding)) + (c,),
-                      x.dtype)
-        xp[(slice(None),) + tuple(slice(p, p + s_) for p, s_ in zip(padding, size))] = xl
-        xl = xp
+        xpad = xp.zeros((n,) + tuple(s_ + 2 * p for s_, p in zip(size, padding)) + (c,),
+                        x.dtype)
+        xpad[(slice(None),) + tuple(slice(p, p + s_) for p, s_ in zip(padding, size))] = xl
+        xl = xpad
     osz = tuple(conv_out_size("conv", s_, k, st, p, d) for s_, k, st, p, d in
                 zip(size, kernel, stride, padding, dilation))
     st = xl.strides
     win = as_strided(xl, (groups, n) + osz + tuple(kernel) + (cg,),
                      (cg * st[-1], st[0]) + tuple(st[1 + i] * stride[i] for i in range(nd))
-                     + tuple(st[1 + i] * dilation[i] for i in range(nd)) + (st[-1],),
-                     writeable=False)
+                     + tuple(st[1 + i] * dilation[i] for i in range(nd)) + (st[-1],), xp)
     p = 1
     for o in osz:
         p *= o
     kp = 1
     for k in kernel:
         kp *= k
-    return np.ascontiguousarray(win).reshape(groups, n * p, kp * cg), osz
+    return xp.ascontiguousarray(win).reshape(groups, n * p, kp * cg), osz
 
 
-def _w_cols(w, groups, nd):
+def _w_cols(w, groups, nd, xp=np):
     """Conv weight ``[O, Cg, *K]`` as ``[g, K*Cg, F]`` (rows ordered like `_im2col`'s)."""
     o, cg = w.shape[:2]
     f = o // groups
     wg = w.reshape((groups, f, cg) + w.shape[2:])
     wg = wg.transpose((0,) + tuple(range(3, 3 + nd)) + (2, 1))
-    return wg.reshape(groups, -1, f) if wg.size else np.zeros((groups, 0, f), w.dtype)
+    return wg.reshape(groups, -1, f) if wg.size else xp.zeros((groups, 0, f), w.dtype)
 
 
 def _to_nc(y, n, groups, osz, f, nd):
@@ -156,17 +155,17 @@ def _from_nc(g, groups, nd):
     return g.reshape(groups, -1, f)
 
 
-def _offsets(x, kernel, stride, padding, dilation, osz, nd):
+def _offsets(x, kernel, stride, padding, dilation, osz, nd, xp=np):
     """For each kernel offset, the strided view of the padded input it multiplies:
     ``[N, C, *osz]`` each."""
-    xp = _pad(x, padding, padding, nd)
+    xpad = _pad(x, padding, padding, nd, xp=xp)
     for off in np.ndindex(*kernel):
-        yield xp[(slice(None), slice(None)) + tuple(
+        yield xpad[(slice(None), slice(None)) + tuple(
             slice(o * d, o * d + s * (n - 1) + 1, s)
             for o, d, s, n in zip(off, dilation, stride, osz))]
 
 
-def _depthwise(x, w, stride, padding, dilation, nd):
+def _depthwise(x, w, stride, padding, dilation, nd, xp=np):
     """A conv with one input channel per group: per kernel offset, a broadcast
     multiply-add (no columns, no GEMM)."""
     n, c = x.shape[:2]
@@ -175,44 +174,45 @@ def _depthwise(x, w, stride, padding, dilation, nd):
     osz = tuple(conv_out_size("conv", s_, k, st, p, d) for s_, k, st, p, d in
                 zip(x.shape[2:], kernel, stride, padding, dilation))
     wk = w.reshape((c, f, -1))
-    out = np.zeros((n, c, f) + osz, x.dtype)
-    tmp = np.empty_like(out)
+    out = xp.zeros((n, c, f) + osz, x.dtype)
+    tmp = xp.empty_like(out)
     expand = (slice(None), slice(None), None)
     wshape = (1, c, f) + (1,) * nd
-    for ki, xs in enumerate(_offsets(x, kernel, stride, padding, dilation, osz, nd)):
-        np.multiply(xs[expand], wk[:, :, ki].reshape(wshape), out=tmp)
+    for ki, xs in enumerate(_offsets(x, kernel, stride, padding, dilation, osz, nd, xp)):
+        xp.multiply(xs[expand], wk[:, :, ki].reshape(wshape), out=tmp)
         out += tmp
     return out.reshape((n, c * f) + osz)
 
 
-def _depthwise_weight_backward(x, gy, kernel, stride, padding, dilation, nd):
+def _depthwise_weight_backward(x, gy, kernel, stride, padding, dilation, nd, xp=np):
     n, c = x.shape[:2]
     f = gy.shape[1] // c
     osz = gy.shape[2:]
     g4 = gy.reshape((n, c, f, -1))
-    dw = np.empty((c, f) + tuple(kernel), x.dtype)
+    dw = xp.empty((c, f) + tuple(kernel), x.dtype)
     dwk = dw.reshape(c, f, -1)
-    for ki, xs in enumerate(_offsets(x, kernel, stride, padding, dilation, osz, nd)):
-        dwk[:, :, ki] = np.einsum("ncfp,ncp->cf", g4, xs.reshape(n, c, -1))
+    for ki, xs in enumerate(_offsets(x, kernel, stride, padding, dilation, osz, nd, xp)):
+        dwk[:, :, ki] = xp.einsum("ncfp,ncp->cf", g4, xs.reshape(n, c, -1))
     return dw.reshape((c * f, 1) + tuple(kernel))
 
 
 # -- convolution ----------------------------------------------------------------------------
 def _conv_np(nd):
-    def conv(x, w, stride, padding, dilation, groups):
+    def conv(x, w, stride, padding, dilation, groups, *, xp=np):
         ct = _ct(x)
         xc, wc = x.astype(ct, copy=False), w.astype(ct, copy=False)
         o, cg = w.shape[:2]
         if cg == 1 and groups > 1:
-            return _depthwise(xc, wc, stride, padding, dilation, nd).astype(x.dtype, copy=False)
-        cols, osz = _im2col(xc, w.shape[2:], stride, padding, dilation, groups, nd)
-        y = np.matmul(cols, _w_cols(wc, groups, nd))
+            return _depthwise(xc, wc, stride, padding, dilation, nd, xp).astype(x.dtype,
+                                                                                copy=False)
+        cols, osz = _im2col(xc, w.shape[2:], stride, padding, dilation, groups, nd, xp)
+        y = xp.matmul(cols, _w_cols(wc, groups, nd, xp))
         return _to_nc(y, x.shape[0], groups, osz, o // groups, nd).astype(x.dtype, copy=False)
     return conv
 
 
 def _conv_transpose_np(nd):
-    def conv_transpose(x, w, stride, padding, output_padding, dilation, groups):
+    def conv_transpose(x, w, stride, padding, output_padding, dilation, groups, *, xp=np):
         ct = _ct(x)
         xc, wc = x.astype(ct, copy=False), w.astype(ct, copy=False)
         n, cin = x.shape[:2]
@@ -230,7 +230,7 @@ def _conv_transpose_np(nd):
         crop = tuple(slice(p, p + o) for p, o in zip(padding, osz))
         if cg == 1 and groups > 1:
             # one input channel per group: broadcast multiply-adds per kernel offset
-            buf = np.zeros((n, cin, f) + full, dtype=ct)
+            buf = xp.zeros((n, cin, f) + full, dtype=ct)
             wk = wc.reshape(cin, f, kp)
             xe = xc[:, :, None]
             for ki, off in enumerate(np.ndindex(*kernel)):
@@ -242,15 +242,15 @@ def _conv_transpose_np(nd):
             return y.reshape((n, cin * f) + osz).astype(x.dtype, copy=False)
         # [g, N*P, Cg] @ [g, Cg, K*F]: every input pixel's contribution to each kernel offset
         wm = wc.reshape(groups, cg, f, kp).transpose(0, 1, 3, 2).reshape(groups, cg, kp * f)
-        cols = np.matmul(_from_nc(xc, groups, nd), wm)
+        cols = xp.matmul(_from_nc(xc, groups, nd), wm)
         cols = cols.reshape((groups, n) + tuple(size) + (kp, f))
-        buf = np.zeros((groups, n) + full + (f,), dtype=ct)
+        buf = xp.zeros((groups, n) + full + (f,), dtype=ct)
         for ki, off in enumerate(np.ndindex(*kernel)):
             sl = (slice(None), slice(None)) + tuple(
                 slice(o * d, o * d + st * (s_ - 1) + 1, st)
                 for o, d, st, s_ in zip(off, dilation, stride, size))
             v = buf[sl]
-            np.add(v, cols[..., ki, :], out=v)      # in place (``+=`` would copy back)
+            xp.add(v, cols[..., ki, :], out=v)      # in place (``+=`` would copy back)
         y = buf[(slice(None), slice(None)) + crop]
         y = y.transpose((1, 0, 2 + nd) + tuple(range(2, 2 + nd)))
         return y.reshape((n, groups * f) + osz).astype(x.dtype, copy=False)
@@ -258,20 +258,20 @@ def _conv_transpose_np(nd):
 
 
 def _conv_weight_backward_np(nd):
-    def conv_weight_backward(x, gy, kernel, stride, padding, dilation, groups):
+    def conv_weight_backward(x, gy, kernel, stride, padding, dilation, groups, *, xp=np):
         ct = _ct(x)
         xc, gc = x.astype(ct, copy=False), gy.astype(ct, copy=False)
         o, c = gy.shape[1], x.shape[1]
         cg = c // groups
         if cg == 1 and groups > 1:
-            dw = _depthwise_weight_backward(xc, gc, kernel, stride, padding, dilation, nd)
+            dw = _depthwise_weight_backward(xc, gc, kernel, stride, padding, dilation, nd, xp)
             return dw.astype(x.dtype, copy=False)
-        cols, _ = _im2col(xc, kernel, stride, padding, dilation, groups, nd)
+        cols, _ = _im2col(xc, kernel, stride, padding, dilation, groups, nd, xp)
         gm = _from_nc(gc, groups, nd)                      # [g, N*P, F]
-        dw = np.matmul(gm.transpose(0, 2, 1), cols)       # [g, F, K*Cg]
+        dw = xp.matmul(gm.transpose(0, 2, 1), cols)       # [g, F, K*Cg]
         dw = dw.reshape((o,) + tuple(kernel) + (cg,))
         dw = dw.transpose((0, 1 + nd) + tuple(range(1, 1 + nd)))
-        return np.ascontiguousarray(dw).astype(x.dtype, copy=False)
+        return xp.ascontiguousarray(dw).astype(x.dtype, copy=False)
     return conv_weight_backward
 
 
@@ -433,7 +433,7 @@ def _pool_check(op, x, nd, kernel, stride, padding, dilation, ceil_mode):
     return osz
 
 
-def _max_windows(x, kernel, stride, padding, dilation, ceil_mode, nd):
+def _max_windows(x, kernel, stride, padding, dilation, ceil_mode, nd, xp=np):
     """The output size, whether the input was padded, the pooling windows as one contiguous
     array ``[K, *out_shape]`` (kernel offset first, so the reductions below are elementwise
     over contiguous rows) of the input padded with -inf (ceil mode pads the far side as far
@@ -450,22 +450,22 @@ def _max_windows(x, kernel, stride, padding, dilation, ceil_mode, nd):
     order = (0,) + tuple(range(2, 2 + nd)) + (1,) if cl else tuple(range(2 + nd))
     if padded:
         full = x.shape[:2] + tuple(n + p + h for n, p, h in zip(size, padding, hi))
-        xp = np.full(tuple(full[i] for i in order), -np.inf,
-                     x.dtype).transpose(np.argsort(order))
-        xp[(slice(None), slice(None)) + tuple(slice(p, p + n) for p, n in
-                                              zip(padding, size))] = x
+        xpad = xp.full(tuple(full[i] for i in order), -np.inf,
+                       x.dtype).transpose(tuple(int(i) for i in np.argsort(order)))
+        xpad[(slice(None), slice(None)) + tuple(slice(p, p + n) for p, n in
+                                                zip(padding, size))] = x
     else:
-        xp = x
-    st = xp.strides
+        xpad = x
+    st = xpad.strides
     wst = st[:2] + tuple(st[2 + i] * stride[i] for i in range(nd))
     out = x.shape[:2] + osz
-    win = as_strided(xp, tuple(kernel) + tuple(out[i] for i in order),
+    win = as_strided(xpad, tuple(kernel) + tuple(out[i] for i in order),
                      tuple(st[2 + i] * dilation[i] for i in range(nd))
-                     + tuple(wst[i] for i in order), writeable=False)
+                     + tuple(wst[i] for i in order), xp)
     kp = 1
     for k in kernel:
         kp *= k
-    return osz, padded, np.ascontiguousarray(win).reshape((kp,) + win.shape[nd:]), order
+    return osz, padded, xp.ascontiguousarray(win).reshape((kp,) + win.shape[nd:]), order
 
 
 _CL_INV = {}
@@ -510,30 +510,35 @@ def _max_geometry(size, osz, kernel, stride, padding, dilation, order, padded):
 
 
 def _max_pool_np(nd):
-    def max_pool(x, kernel, stride, padding, dilation, ceil_mode):
-        _, _, win, order = _max_windows(x, kernel, stride, padding, dilation, ceil_mode, nd)
-        return _logical(np.maximum.reduce(win, axis=0), order)   # propagates NaN (PyTorch)
+    def max_pool(x, kernel, stride, padding, dilation, ceil_mode, *, xp=np):
+        _, _, win, order = _max_windows(x, kernel, stride, padding, dilation, ceil_mode, nd,
+                                        xp)
+        # propagates NaN (PyTorch)
+        return _logical(np.maximum.reduce(win, axis=0) if xp is np else xp.amax(win, axis=0),
+                        order)
     return max_pool
 
 
 def _max_pool_idx_np(nd):
-    def max_pool_with_indices(x, kernel, stride, padding, dilation, ceil_mode):
+    def max_pool_with_indices(x, kernel, stride, padding, dilation, ceil_mode, *, xp=np):
         osz, padded, win, order = _max_windows(x, kernel, stride, padding, dilation,
-                                               ceil_mode, nd)
+                                               ceil_mode, nd, xp)
         # plane index = (window start's index) + (the offset's delta), both flat
         base, first, delta = _max_geometry(x.shape[2:], osz, kernel, stride, padding,
                                            dilation, order, padded)
         # PyTorch's scan: the first strictly larger value wins, and any NaN does (a NaN
         # anywhere makes the max NaN, so one reduction tells whether to look for them)
         kp = len(delta)
-        if win.size and np.isnan(np.maximum.reduce(win, axis=None)):
+        # (a device takes the NaN-aware scan always: asking whether there is a NaN would
+        # synchronize)
+        if xp is not np or (win.size and np.isnan(np.maximum.reduce(win, axis=None))):
             best = win[0].copy()
-            arg = np.zeros(best.shape, np.intp)
+            arg = xp.zeros(best.shape, np.intp)
             for k in range(1, kp):
                 v = win[k]
-                upd = (v > best) | np.isnan(v)
-                np.copyto(best, v, where=upd)
-                np.copyto(arg, k, where=upd)
+                upd = (v > best) | xp.isnan(v)
+                xp.copyto(best, v, where=upd)
+                xp.copyto(arg, k, where=upd)
         else:
             # branch-free: the running max only grows, so the last offset that raised it
             # is the first position of the window's max
@@ -549,26 +554,25 @@ def _max_pool_idx_np(nd):
             pick *= m
             pick += np.arange(m).reshape(run.shape)
             best = win.reshape(kp * m).take(pick)
-        idx = delta.take(arg)
-        idx += base
+        idx = device_array(delta, xp).take(arg)
+        idx += device_array(base, xp)
         if padded:
             none = best == -np.inf       # a window of -inf reports its first in-bounds place
-            if none.any():
-                idx = np.where(none, first, idx)
+            if xp is not np or none.any():
+                idx = xp.where(none, device_array(first, xp), idx)
         return _logical(best, order), _logical(idx, order)
     return max_pool_with_indices
 
 
-def _max_pool_backward_np(g, indices, input_size):
+def _max_pool_backward_np(g, indices, input_size, *, xp=np):
     n, c = g.shape[:2]
     plane = 1
     for s_ in input_size:
         plane *= s_
     # scatter-add in f64 (bincount converts the weights), in [N, C, *out] order
-    base = np.arange(0, n * c * plane, plane, dtype=np.int64).reshape(
+    base = xp.arange(0, n * c * plane, plane, dtype=np.int64).reshape(
         (n, c) + (1,) * (g.ndim - 2))
-    out = np.bincount((indices + base).reshape(-1), weights=g.reshape(-1),
-                      minlength=n * c * plane)
+    out = weighted_bincount((indices + base).reshape(-1), g.reshape(-1), n * c * plane, xp)
     return out.reshape((n, c) + tuple(input_size)).astype(g.dtype, copy=False)
 
 
@@ -647,14 +651,14 @@ def _along(v, axis, ndim):
     return v.reshape(shape)
 
 
-def _window_sum_axis(x, axis, k, s, p, o):
+def _window_sum_axis(x, axis, k, s, p, o, xp=np):
     """Sums of ``k`` consecutive (zero-padded) positions every ``s``, along ``axis``."""
     n = x.shape[axis]
     hi = max(0, (o - 1) * s + k - n - p)
     if p or hi:
         pads = [(0, 0)] * x.ndim
         pads[axis] = (p, hi)
-        x = np.pad(x, pads)
+        x = xp.pad(x, pads)
     pre = (slice(None),) * axis
     out = x[pre + (slice(0, s * (o - 1) + 1, s),)].copy()
     for j in range(1, k):
@@ -662,13 +666,13 @@ def _window_sum_axis(x, axis, k, s, p, o):
     return out
 
 
-def _window_sum_axis_T(g, axis, k, s, p, n):
+def _window_sum_axis_T(g, axis, k, s, p, n, xp=np):
     """The adjoint of `_window_sum_axis`: spread each output over its window."""
     o = g.shape[axis]
     total = max(n + p, (o - 1) * s + k)
     shape = list(g.shape)
     shape[axis] = total
-    buf = np.zeros(shape, g.dtype)
+    buf = xp.zeros(shape, g.dtype)
     pre = (slice(None),) * axis
     for j in range(k):
         buf[pre + (slice(j, j + s * (o - 1) + 1, s),)] += g
@@ -676,28 +680,31 @@ def _window_sum_axis_T(g, axis, k, s, p, n):
 
 
 def _avg_pool_np(nd):
-    def avg_pool(x, kernel, stride, padding, ceil_mode, count_include_pad):
+    def avg_pool(x, kernel, stride, padding, ceil_mode, count_include_pad, *, xp=np):
         ct = _ct(x)
         y = x.astype(ct, copy=False)
         for i in range(nd):
             n = x.shape[2 + i]
             o = pool_out_size("avg_pool", n, kernel[i], stride[i], padding[i], 1, ceil_mode)
-            y = _window_sum_axis(y, 2 + i, kernel[i], stride[i], padding[i], o)
-            y *= _along(_avg_divisors(n, kernel[i], stride[i], padding[i], o,
-                                      count_include_pad).astype(ct), 2 + i, y.ndim)
+            y = _window_sum_axis(y, 2 + i, kernel[i], stride[i], padding[i], o, xp)
+            y *= _along(device_array(_avg_divisors(n, kernel[i], stride[i], padding[i], o,
+                                                   count_include_pad).astype(ct), xp),
+                        2 + i, y.ndim)
         return y.astype(x.dtype, copy=False)
     return avg_pool
 
 
 def _avg_pool_backward_np(nd):
-    def avg_pool_backward(g, input_size, kernel, stride, padding, ceil_mode, count_include_pad):
+    def avg_pool_backward(g, input_size, kernel, stride, padding, ceil_mode, count_include_pad,
+                          *, xp=np):
         ct = _ct(g)
         y = g.astype(ct, copy=True)
         for i in range(nd):
             n, o = input_size[i], g.shape[2 + i]
-            y = y * _along(_avg_divisors(n, kernel[i], stride[i], padding[i], o,
-                                         count_include_pad).astype(ct), 2 + i, y.ndim)
-            y = _window_sum_axis_T(y, 2 + i, kernel[i], stride[i], padding[i], n)
+            y = y * _along(device_array(_avg_divisors(n, kernel[i], stride[i], padding[i], o,
+                                                      count_include_pad).astype(ct), xp),
+                           2 + i, y.ndim)
+            y = _window_sum_axis_T(y, 2 + i, kernel[i], stride[i], padding[i], n, xp)
         return y.astype(g.dtype, copy=False)
     return avg_pool_backward
 
@@ -751,32 +758,32 @@ def _adaptive_matrix(n, o):
     return m
 
 
-def _apply_axis(y, m, axis):
+def _apply_axis(y, m, axis, xp=np):
     """``m @ y`` along ``axis`` (``m`` is ``[out, in]``)."""
-    y = np.moveaxis(y, axis, -1)
-    y = y @ m.T
-    return np.moveaxis(y, -1, axis)
+    y = xp.moveaxis(y, axis, -1)
+    y = y @ device_array(m, xp).T
+    return xp.moveaxis(y, -1, axis)
 
 
 def _adaptive_np(nd):
-    def adaptive_avg_pool(x, output_size):
+    def adaptive_avg_pool(x, output_size, *, xp=np):
         ct = _ct(x)
         y = x.astype(ct, copy=False)
         for i in range(nd):
             y = _apply_axis(y, _adaptive_matrix(x.shape[2 + i], output_size[i]).astype(ct),
-                            2 + i)
-        return np.ascontiguousarray(y).astype(x.dtype, copy=False)
+                            2 + i, xp)
+        return xp.ascontiguousarray(y).astype(x.dtype, copy=False)
     return adaptive_avg_pool
 
 
 def _adaptive_backward_np(nd):
-    def adaptive_avg_pool_backward(g, input_size):
+    def adaptive_avg_pool_backward(g, input_size, *, xp=np):
         ct = _ct(g)
         y = g.astype(ct, copy=False)
         for i in range(nd):
             m = _adaptive_matrix(input_size[i], g.shape[2 + i]).astype(ct)
-            y = _apply_axis(y, m.T, 2 + i)
-        return np.ascontiguousarray(y).astype(g.dtype, copy=False)
+            y = _apply_axis(y, m.T, 2 + i, xp)
+        return xp.ascontiguousarray(y).astype(g.dtype, copy=False)
     return adaptive_avg_pool_backward
 
 
@@ -844,13 +851,16 @@ def _interp_plan(n, o, scale, mode, align_corners):
     return (i0, i1, lam)
 
 
-def _index_add(g, axis, idx, n):
-    """The adjoint of ``take(idx, axis)`` for a non-decreasing ``idx``: segment sums."""
+def _index_add(g, axis, idx, n, xp=np):
+    """The adjoint of ``take(idx, axis)`` for a non-decreasing ``idx``: segment sums
+    (another namespace: an atomic scatter-add, which needs no order)."""
     shape = list(g.shape)
     shape[axis] = n
-    out = np.zeros(shape, g.dtype)
+    out = xp.zeros(shape, g.dtype)
     if idx.size == 0 or g.size == 0:
         return out
+    if xp is not np:
+        return add_at(out, (slice(None),) * axis + (device_array(idx, xp),), g, xp)
     starts = np.flatnonzero(np.r_[True, idx[1:] != idx[:-1]])
     sums = np.add.reduceat(g, starts, axis=axis)
     out[(slice(None),) * axis + (idx[starts],)] = sums
@@ -858,7 +868,7 @@ def _index_add(g, axis, idx, n):
 
 
 def _interp_np(nd):
-    def interpolate(x, size, scales, mode, align_corners):
+    def interpolate(x, size, scales, mode, align_corners, *, xp=np):
         ct = _ct(x)
         y = x if mode == "nearest" else x.astype(ct, copy=False)
         for i in range(nd):
@@ -866,9 +876,9 @@ def _interp_np(nd):
             plan = _interp_plan(x.shape[ax], size[i], scales[i] if scales else None, mode,
                                 align_corners)
             if mode == "nearest":
-                y = y.take(plan[0], axis=ax)
+                y = y.take(device_array(plan[0], xp), axis=ax)
             else:
-                i0, i1, lam = plan
+                i0, i1, lam = (device_array(a, xp) for a in plan)
                 lam = _along(lam.astype(ct), ax, y.ndim)
                 y = y.take(i0, axis=ax) * (1 - lam) + y.take(i1, axis=ax) * lam
         return y.astype(x.dtype, copy=False)
@@ -876,7 +886,7 @@ def _interp_np(nd):
 
 
 def _interp_backward_np(nd):
-    def interpolate_backward(g, input_size, scales, mode, align_corners):
+    def interpolate_backward(g, input_size, scales, mode, align_corners, *, xp=np):
         ct = _ct(g)
         y = g.astype(ct, copy=False)
         for i in range(nd - 1, -1, -1):
@@ -885,11 +895,12 @@ def _interp_backward_np(nd):
             plan = _interp_plan(n, g.shape[ax], scales[i] if scales else None, mode,
                                 align_corners)
             if mode == "nearest":
-                y = _index_add(y, ax, plan[0], n)
+                y = _index_add(y, ax, plan[0], n, xp)
             else:
                 i0, i1, lam = plan
-                lam = _along(lam.astype(ct), ax, y.ndim)
-                y = _index_add(y * (1 - lam), ax, i0, n) + _index_add(y * lam, ax, i1, n)
+                lam = _along(device_array(lam.astype(ct), xp), ax, y.ndim)
+                y = (_index_add(y * (1 - lam), ax, i0, n, xp)
+                     + _index_add(y * lam, ax, i1, n, xp))
         return y.astype(g.dtype, copy=False)
     return interpolate_backward
 
@@ -942,7 +953,7 @@ _INTERP_BWD_NP = {1: _interp_backward_np(1), 2: _interp_backward_np(2)}
 INTERPOLATE = declare(
     "interpolate", "pool", nin=1, attrs=("size", "scales", "mode", "align_corners"),
     infer=_interp_infer,
-    numpy=lambda x, size, **a: _INTERP_NP[len(size)](x, size, **a),
+    numpy=lambda x, size, *, xp=np, **a: _INTERP_NP[len(size)](x, size, xp=xp, **a),
     vjp=_interp_vjp,
     doc="resize [N, C, L] or [N, C, H, W] to ``size`` (nearest, or (bi)linear); ``scales`` "
         "holds the user's scale factor per dim (PyTorch's index formulas) or None")
@@ -950,32 +961,35 @@ INTERPOLATE_BACKWARD = declare(
     "interpolate_backward", "pool", nin=1, attrs=("input_size", "scales", "mode",
                                                   "align_corners"),
     infer=_interp_backward_infer,
-    numpy=lambda g, input_size, **a: _INTERP_BWD_NP[len(input_size)](g, input_size, **a),
+    numpy=lambda g, input_size, *, xp=np, **a: _INTERP_BWD_NP[len(input_size)](
+        g, input_size, xp=xp, **a),
     vjp=_interp_backward_vjp,
     doc="the input gradient of interpolate")
 
 
 # -- embedding ------------------------------------------------------------------------------
-def _check_indices(op, indices, n):
+def _check_indices(op, indices, n, xp=np):
     if indices.size:
-        lo, hi = indices.min(), indices.max()
+        lo, hi = value_range(indices, xp)
         if lo < 0 or hi >= n:
             bad = lo if lo < 0 else hi
             raise IndexError_(f"{op}: index {int(bad)} is out of range for {n} embeddings; "
                               f"valid: 0..{n - 1}")
 
 
-def _embedding_np(weight, indices):
-    _check_indices("embedding", indices, weight.shape[0])
+def _embedding_np(weight, indices, *, xp=np):
+    _check_indices("embedding", indices, weight.shape[0], xp)
     return weight.take(indices, axis=0)
 
 
-def _embedding_backward_np(g, indices, num_weights):
-    _check_indices("embedding_backward", indices, num_weights)
+def _embedding_backward_np(g, indices, num_weights, *, xp=np):
+    _check_indices("embedding_backward", indices, num_weights, xp)
     d = g.shape[-1]
     ct = _ct(g)
     idx = indices.reshape(-1)
     rows = g.reshape(-1, d).astype(ct, copy=False)
+    if xp is not np:                                  # a scatter-add needs no sorting
+        return _index_add(rows, 0, idx, num_weights, xp).astype(g.dtype, copy=False)
     order = np.argsort(idx, kind="stable")
     out = _index_add(rows[order], 0, idx[order], num_weights)
     return out.astype(g.dtype, copy=False)

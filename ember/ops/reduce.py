@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import dtype as dt
 from ..errors import ShapeError
+from ._xp import accumulate_extreme
 from .registry import declare
 from .rules import require_kind
 from .sort import TAKE_BACK, apply_op
@@ -69,16 +70,18 @@ def _sum_dtype(d):
     return dt.int64 if d.kind == "bool" else d
 
 
-def _acc_reduce(fn):
-    """``fn`` (np.add.reduce, np.multiply.reduce) accumulating f16/bf16 in f32 and ints in
-    their own dtype. The ufunc's own ``reduce`` skips np.sum's Python-level dispatch."""
-    def run(x, dims, keepdim):
+def _acc_reduce(fn, name):
+    """``fn`` (np.add.reduce, np.multiply.reduce; ``xp.<name>`` in another namespace)
+    accumulating f16/bf16 in f32 and ints in their own dtype. The ufunc's own ``reduce`` skips
+    np.sum's Python-level dispatch."""
+    def run(x, dims, keepdim, *, xp=np):
+        red = fn if xp is np else getattr(xp, name)
         xd = x.dtype
         if xd in _LOW:
-            return fn(x, axis=dims, keepdims=keepdim, dtype=np.float32).astype(xd)
+            return red(x, axis=dims, keepdims=keepdim, dtype=np.float32).astype(xd)
         if xd == _BOOL:
-            return fn(x, axis=dims, keepdims=keepdim, dtype=np.int64)
-        return fn(x, axis=dims, keepdims=keepdim, dtype=xd)
+            return red(x, axis=dims, keepdims=keepdim, dtype=np.int64)
+        return red(x, axis=dims, keepdims=keepdim, dtype=xd)
     return run
 
 
@@ -86,7 +89,7 @@ def _acc_reduce(fn):
 SUM = declare(
     "sum", "reduce", nin=1, attrs=("dims", "keepdim"),
     infer=reduce_infer("sum", out=_sum_dtype),
-    numpy=_acc_reduce(np.add.reduce),
+    numpy=_acc_reduce(np.add.reduce, "sum"),
     vjp=lambda g, i, o, dims, keepdim: (grad_to_input(g, i[0]._shape, dims, keepdim),),
     doc="sum over dims; keeps the dtype (bool sums count as i64)")
 
@@ -113,7 +116,7 @@ def _prod_vjp(g, inputs, out, dims, keepdim):
 PROD = declare(
     "prod", "reduce", nin=1, attrs=("dims", "keepdim"),
     infer=reduce_infer("prod", out=_sum_dtype),
-    numpy=_acc_reduce(np.multiply.reduce), vjp=_prod_vjp,
+    numpy=_acc_reduce(np.multiply.reduce, "prod"), vjp=_prod_vjp,
     doc="product over dims; keeps the dtype (bool counts as i64); the gradient is exact "
         "with zeros in the input")
 
@@ -128,20 +131,20 @@ def _extreme_vjp(g, inputs, out, dims, keepdim):
     return (_keep(g, x._shape, dims, keepdim) * mask / cnt,)
 
 
-def _extreme_numpy(fn):
-    def run(x, dims, keepdim):
-        return fn(x, axis=dims, keepdims=keepdim)
+def _extreme_numpy(fn, name):
+    def run(x, dims, keepdim, *, xp=np):
+        return (fn if xp is np else getattr(xp, name))(x, axis=dims, keepdims=keepdim)
     return run
 
 
 MAX = declare(
     "max", "reduce", nin=1, attrs=("dims", "keepdim"),
-    infer=reduce_infer("max", nonempty=True), numpy=_extreme_numpy(np.maximum.reduce),
+    infer=reduce_infer("max", nonempty=True), numpy=_extreme_numpy(np.maximum.reduce, "amax"),
     vjp=_extreme_vjp,
     doc="maximum over dims (NaN propagates); keeps the dtype; ties share the gradient evenly")
 MIN = declare(
     "min", "reduce", nin=1, attrs=("dims", "keepdim"),
-    infer=reduce_infer("min", nonempty=True), numpy=_extreme_numpy(np.minimum.reduce),
+    infer=reduce_infer("min", nonempty=True), numpy=_extreme_numpy(np.minimum.reduce, "amin"),
     vjp=_extreme_vjp,
     doc="minimum over dims (NaN propagates); keeps the dtype; ties share the gradient evenly")
 
@@ -167,27 +170,32 @@ def _arg_infer(name):
     return infer
 
 
-def _arg_numpy(fn):
-    def run(x, dim, keepdim):
+def _arg_numpy(name):
+    fn_np = getattr(np, name)
+
+    def run(x, dim, keepdim, *, xp=np):
+        fn = fn_np if xp is np else getattr(xp, name)
         if x.dtype == _BF16:                    # exact, and NumPy's NaN rules apply
             x = x.astype(np.float32)
         if dim is None:
             r = fn(x.reshape(-1))
+            if xp is not np:                    # a 0-d device array: no host read
+                return r.astype(np.int64).reshape((1,) * x.ndim if keepdim else ())
             return np.full((1,) * x.ndim if keepdim else (), r, dtype=np.int64)
         if x.ndim == 0:
-            return np.zeros((), np.int64)
+            return xp.zeros((), np.int64)
         return fn(x, axis=dim, keepdims=keepdim).astype(np.int64, copy=False)
     return run
 
 
 ARGMAX = declare(
     "argmax", "reduce", nin=1, attrs=("dim", "keepdim"), infer=_arg_infer("argmax"),
-    numpy=_arg_numpy(np.argmax),
+    numpy=_arg_numpy("argmax"),
     doc="i64 index of the maximum along dim (of the flattened input for dim=None); the "
         "first one on ties; NaN counts as the maximum")
 ARGMIN = declare(
     "argmin", "reduce", nin=1, attrs=("dim", "keepdim"), infer=_arg_infer("argmin"),
-    numpy=_arg_numpy(np.argmin),
+    numpy=_arg_numpy("argmin"),
     doc="i64 index of the minimum along dim (of the flattened input for dim=None); the "
         "first one on ties; NaN counts as the minimum")
 
@@ -202,17 +210,17 @@ def _with_indices_infer(name):
     return infer
 
 
-def _with_indices_numpy(fn):
-    arg = _arg_numpy(fn)
+def _with_indices_numpy(name):
+    arg = _arg_numpy(name)
 
-    def run(x, dim, keepdim):
+    def run(x, dim, keepdim, *, xp=np):
         if x.ndim == 0:
-            return np.array(x), np.zeros((), np.int64)
-        idx = arg(x, dim, True)
-        vals = np.take_along_axis(x, idx, dim)
+            return xp.array(x), xp.zeros((), np.int64)
+        idx = arg(x, dim, True, xp=xp)
+        vals = xp.take_along_axis(x, idx, dim)
         if not keepdim:
-            idx = np.squeeze(idx, dim)
-            vals = np.squeeze(vals, dim)
+            idx = xp.squeeze(idx, dim)
+            vals = xp.squeeze(vals, dim)
         return vals, idx
     return run
 
@@ -231,32 +239,34 @@ def _with_indices_vjp(g, inputs, out, dim, keepdim):
 
 MAX_DIM_WITH_INDICES = declare(
     "max_dim_with_indices", "reduce", nin=1, nout=2, attrs=("dim", "keepdim"),
-    infer=_with_indices_infer("max_dim_with_indices"), numpy=_with_indices_numpy(np.argmax),
+    infer=_with_indices_infer("max_dim_with_indices"), numpy=_with_indices_numpy("argmax"),
     vjp=_with_indices_vjp,
     doc="(values, i64 indices) of the maximum along dim; the first index on ties")
 MIN_DIM_WITH_INDICES = declare(
     "min_dim_with_indices", "reduce", nin=1, nout=2, attrs=("dim", "keepdim"),
-    infer=_with_indices_infer("min_dim_with_indices"), numpy=_with_indices_numpy(np.argmin),
+    infer=_with_indices_infer("min_dim_with_indices"), numpy=_with_indices_numpy("argmin"),
     vjp=_with_indices_vjp,
     doc="(values, i64 indices) of the minimum along dim; the first index on ties")
 
 
 # -- any, all -------------------------------------------------------------------------------
-def _logical_numpy(fn):
-    def run(x, dims, keepdim):
+def _logical_numpy(name):
+    fn_np = getattr(np, name)
+
+    def run(x, dims, keepdim, *, xp=np):
         if x.dtype != _BOOL:
             x = x != 0                          # NaN counts as true, as in PyTorch
-        return fn(x, axis=dims, keepdims=keepdim)
+        return (fn_np if xp is np else getattr(xp, name))(x, axis=dims, keepdims=keepdim)
     return run
 
 
 ANY = declare(
     "any", "reduce", nin=1, attrs=("dims", "keepdim"),
-    infer=reduce_infer("any", out=dt.bool_), numpy=_logical_numpy(np.any),
+    infer=reduce_infer("any", out=dt.bool_), numpy=_logical_numpy("any"),
     doc="whether any element over dims is non-zero (False over no elements); bool result")
 ALL = declare(
     "all", "reduce", nin=1, attrs=("dims", "keepdim"),
-    infer=reduce_infer("all", out=dt.bool_), numpy=_logical_numpy(np.all),
+    infer=reduce_infer("all", out=dt.bool_), numpy=_logical_numpy("all"),
     doc="whether every element over dims is non-zero (True over no elements); bool result")
 
 
@@ -269,25 +279,28 @@ def _scan_infer(name, kinds="float int bool", out=_sum_dtype):
     return infer
 
 
-def _acc_scan(fn):
+def _acc_scan(name):
     """np.cumsum / np.cumprod along ``dim``, f16/bf16 accumulated in f32."""
-    def run(x, dim):
+    fn_np = getattr(np, name)
+
+    def run(x, dim, *, xp=np):
+        fn = fn_np if xp is np else getattr(xp, name)
         xd = x.dtype
         if x.ndim == 0:
-            return np.array(x, dtype=np.int64 if xd == _BOOL else xd)
+            return xp.array(x, dtype=np.int64 if xd == _BOOL else xd)
         if xd in _LOW:
             return fn(x, axis=dim, dtype=np.float32).astype(xd)
         return fn(x, axis=dim, dtype=np.int64 if xd == _BOOL else xd)
     return run
 
 
-_cumsum = _acc_scan(np.cumsum)
+_cumsum = _acc_scan("cumsum")
 
 
-def _cumsum_numpy(x, dim, reverse):
+def _cumsum_numpy(x, dim, reverse, *, xp=np):
     if reverse and x.ndim:
-        return np.flip(_cumsum(np.flip(x, dim), dim), dim)
-    return _cumsum(x, dim)
+        return xp.flip(_cumsum(xp.flip(x, dim), dim, xp=xp), dim)
+    return _cumsum(x, dim, xp=xp)
 
 
 CUMSUM = declare(
@@ -307,7 +320,7 @@ def _cumprod_vjp(g, inputs, out, dim):
 
 CUMPROD = declare(
     "cumprod", "scan", nin=1, attrs=("dim",),
-    infer=_scan_infer("cumprod"), numpy=_acc_scan(np.cumprod), vjp=_cumprod_vjp,
+    infer=_scan_infer("cumprod"), numpy=_acc_scan("cumprod"), vjp=_cumprod_vjp,
     doc="running product along dim; keeps the dtype (bool -> i64); the gradient assumes no "
         "zeros in the input")
 
@@ -318,18 +331,18 @@ def _cum_extreme_infer(name):
     return infer
 
 
-def _cum_extreme_numpy(ufunc):
-    def run(x, dim):
+def _cum_extreme_numpy(largest):
+    def run(x, dim, *, xp=np):
         if x.ndim == 0:
-            return np.array(x), np.zeros((), np.int64)
+            return xp.array(x), xp.zeros((), np.int64)
         key = x.astype(np.float32) if x.dtype == _BF16 else x
-        acc = ufunc.accumulate(key, axis=dim)
+        acc = accumulate_extreme(key, dim, largest, xp)
         mark = key == acc
         if key.dtype.kind == "f":
-            mark |= np.isnan(key)
+            mark |= xp.isnan(key)
         n = x.shape[dim]
-        pos = np.arange(n, dtype=np.int64).reshape((n,) + (1,) * (x.ndim - dim - 1))
-        idx = np.maximum.accumulate(np.where(mark, pos, 0), axis=dim)
+        pos = xp.arange(n, dtype=np.int64).reshape((n,) + (1,) * (x.ndim - dim - 1))
+        idx = accumulate_extreme(xp.where(mark, pos, 0), dim, True, xp)
         return (acc if acc.dtype == x.dtype else acc.astype(x.dtype)), idx
     return run
 
@@ -343,11 +356,11 @@ def _cum_extreme_vjp(g, inputs, out, dim):
 
 CUMMAX = declare(
     "cummax", "scan", nin=1, nout=2, attrs=("dim",), infer=_cum_extreme_infer("cummax"),
-    numpy=_cum_extreme_numpy(np.maximum), vjp=_cum_extreme_vjp,
+    numpy=_cum_extreme_numpy(True), vjp=_cum_extreme_vjp,
     doc="(running maximum, i64 index of it) along dim, as PyTorch: the latest index on ties, "
         "NaN propagates")
 CUMMIN = declare(
     "cummin", "scan", nin=1, nout=2, attrs=("dim",), infer=_cum_extreme_infer("cummin"),
-    numpy=_cum_extreme_numpy(np.minimum), vjp=_cum_extreme_vjp,
+    numpy=_cum_extreme_numpy(False), vjp=_cum_extreme_vjp,
     doc="(running minimum, i64 index of it) along dim, as PyTorch: the latest index on ties, "
         "NaN propagates")

@@ -7,7 +7,10 @@ A declaration (`Op`) carries:
 * ``infer(*inputs, **attrs) -> (shape, dtype)`` (a list of them for several outputs): the
   shape and dtype rule, which also validates the inputs. ``inputs`` are tensors (anything
   with ``shape`` and ``dtype``) or Python scalars;
-* ``numpy(*arrays, **attrs)``: the NumPy reference, used by the NdArray backend;
+* ``numpy(*arrays, **attrs)``: the reference implementation, used by the NdArray backend.
+  It is written against an array namespace: a NumPy ufunc, or a function with a keyword-only
+  ``xp`` (NumPy by default) that calls ``xp.*``, so the Cuda backend runs the same reference
+  with ``xp=cupy`` (``ember/ops/_xp.py`` holds what CuPy lacks; see docs/cuda_backend.md);
 * ``vjp(g, inputs, out, **attrs) -> tuple``: the derivative, written with ember Tensor ops on
   the autodiff's inner device, one gradient (or ``None``) per input. Gradients may keep a
   broadcast shape: the autodiff engine sums them back to each input's shape;
@@ -19,8 +22,8 @@ A declaration (`Op`) carries:
 * ``vjp_needs``: the rule takes a ``needs`` keyword, one bool per input saying whether that
   input's gradient is wanted, so expensive ops (matmul, conv) skip the ones that are not.
 
-Backends implement ops by name or fall back to ``numpy``; decorators forward them; tests
-iterate over ``OPS``.
+Backends implement ops by name or fall back to ``numpy`` (with their own ``xp``); decorators
+forward them; tests iterate over ``OPS``.
 """
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import dtype as dt
 from ..errors import DTypeError, ShapeError
+from ._xp import weighted_bincount
 from .registry import declare
 from .rules import require_kind
 
@@ -44,9 +45,9 @@ def _take_back_infer(g, idx, dim, size):
     return (tuple(shape), g._dtype)
 
 
-def _take_back_numpy(g, idx, dim, size):
+def _take_back_numpy(g, idx, dim, size, *, xp=np):
     if idx.ndim == 0:
-        return np.array(g)
+        return xp.array(g)
     shape = list(idx.shape)
     shape[dim] = size
     strides = [1] * len(shape)
@@ -55,13 +56,12 @@ def _take_back_numpy(g, idx, dim, size):
     lin = idx.astype(np.int64) * strides[dim]
     for a in range(idx.ndim):
         if a != dim and idx.shape[a] > 1:
-            ar = np.arange(idx.shape[a], dtype=np.int64) * strides[a]
+            ar = xp.arange(idx.shape[a], dtype=np.int64) * strides[a]
             lin = lin + ar.reshape((-1,) + (1,) * (idx.ndim - a - 1))
     total = 1
     for s in shape:
         total *= s
-    out = np.bincount(lin.reshape(-1), weights=np.asarray(g, np.float64).reshape(-1),
-                      minlength=total)
+    out = weighted_bincount(lin.reshape(-1), xp.asarray(g, np.float64).reshape(-1), total, xp)
     return out.reshape(shape).astype(g.dtype, copy=False)
 
 
@@ -79,14 +79,20 @@ def _sort_key(x):
     return x.astype(np.float32) if x.dtype == _BF16 else x
 
 
-def _stable_argsort(key, dim, descending):
-    if not descending:
+def _argsort_stable(key, dim, xp):
+    if xp is np:
         return np.argsort(key, axis=dim, kind="stable")
+    return xp.argsort(key, axis=dim)        # CuPy's sort is stable, with NaN last
+
+
+def _stable_argsort(key, dim, descending, xp=np):
+    if not descending:
+        return _argsort_stable(key, dim, xp)
     # A stable ascending sort of the reversed input, reversed again, is a stable descending
     # sort: ties come out in their original order.
     n = key.shape[dim]
-    idx = np.argsort(np.flip(key, dim), axis=dim, kind="stable")
-    return (n - 1) - np.flip(idx, dim)
+    idx = _argsort_stable(xp.flip(key, dim), dim, xp)
+    return (n - 1) - xp.flip(idx, dim)
 
 
 def _rows(key):
@@ -94,8 +100,10 @@ def _rows(key):
     return key.reshape(-1, key.shape[-1]), key.shape[:-1]
 
 
-def _argsort_rows(key, descending):
+def _argsort_rows(key, descending, xp=np):
     """Stable argsort of 2-d ``key`` along its rows."""
+    if xp is not np:
+        return _stable_argsort(key, 1, descending, xp)   # one device sort; no host branch
     if key.shape[1] < 2 or (key.dtype.kind in "iub" and key.dtype.itemsize <= 2):
         return _stable_argsort(key, 1, descending)        # NumPy's radix sort: fast
     # NumPy's default sort is several times faster than its stable one. Without ties (or
@@ -114,25 +122,25 @@ def _argsort_rows(key, descending):
     return idx
 
 
-def _argsort(x, dim, descending):
+def _argsort(x, dim, descending, xp=np):
     """Stable argsort along dim, ascending or descending, NaN as the largest value."""
-    key = np.moveaxis(_sort_key(x), dim, -1)
+    key = xp.moveaxis(_sort_key(x), dim, -1)
     if key.size == 0:
-        return np.zeros(x.shape, np.int64)
+        return xp.zeros(x.shape, np.int64)
     rows, lead = _rows(key)
-    idx = _argsort_rows(rows, descending).reshape(lead + (key.shape[-1],))
-    return np.moveaxis(idx, -1, dim)
+    idx = _argsort_rows(rows, descending, xp).reshape(lead + (key.shape[-1],))
+    return xp.moveaxis(idx, -1, dim)
 
 
 def _sort_infer(x, dim, descending):
     return [(x._shape, x._dtype), (x._shape, dt.int64)]
 
 
-def _sort_numpy(x, dim, descending):
+def _sort_numpy(x, dim, descending, *, xp=np):
     if x.ndim == 0:
-        return np.array(x), np.zeros((), np.int64)
-    idx = _argsort(x, dim, descending)
-    return np.take_along_axis(x, idx, dim), idx
+        return xp.array(x), xp.zeros((), np.int64)
+    idx = _argsort(x, dim, descending, xp)
+    return xp.take_along_axis(x, idx, dim), idx
 
 
 def _gather_vjp(g, inputs, out, dim, **_):
@@ -148,10 +156,10 @@ SORT = declare(
     doc="(values, i64 indices) sorted along dim; stable; NaN sorts as the largest value")
 
 
-def _argsort_numpy(x, dim, descending):
+def _argsort_numpy(x, dim, descending, *, xp=np):
     if x.ndim == 0:
-        return np.zeros((), np.int64)
-    return _argsort(x, dim, descending)
+        return xp.zeros((), np.int64)
+    return _argsort(x, dim, descending, xp)
 
 
 ARGSORT = declare(
@@ -197,19 +205,21 @@ def _topk_rows(key, k, largest):
     return out
 
 
-def _topk_indices(x, k, dim, largest):
-    key = np.moveaxis(_sort_key(x), dim, -1)
+def _topk_indices(x, k, dim, largest, xp=np):
+    key = xp.moveaxis(_sort_key(x), dim, -1)
     if k == 0 or key.size == 0:
-        return np.zeros(x.shape[:dim] + (k,) + x.shape[dim + 1:], np.int64)
+        return xp.zeros(x.shape[:dim] + (k,) + x.shape[dim + 1:], np.int64)
     rows, lead = _rows(key)
-    return np.moveaxis(_topk_rows(rows, k, largest).reshape(lead + (k,)), -1, dim)
+    top = (_topk_rows(rows, k, largest) if xp is np else
+           _argsort_rows(rows, largest, xp)[:, :k])   # a device sorts whole rows
+    return xp.moveaxis(top.reshape(lead + (k,)), -1, dim)
 
 
-def _topk_numpy(x, k, dim, largest):
+def _topk_numpy(x, k, dim, largest, *, xp=np):
     if x.ndim == 0:
-        return np.array(x), np.zeros((), np.int64)
-    idx = _topk_indices(x, k, dim, largest)
-    return np.take_along_axis(x, idx, dim), idx
+        return xp.array(x), xp.zeros((), np.int64)
+    idx = _topk_indices(x, k, dim, largest, xp)
+    return xp.take_along_axis(x, idx, dim), idx
 
 
 TOPK = declare(

@@ -19,7 +19,7 @@ def _reshape_infer(x, shape):
 
 RESHAPE = declare(
     "reshape", "view", nin=1, attrs=("shape",), infer=_reshape_infer,
-    numpy=lambda x, shape: x.reshape(shape),
+    numpy=lambda x, shape, *, xp=np: x.reshape(shape),
     vjp=lambda g, i, o, shape: (g.reshape(i[0]._shape),))
 
 
@@ -37,7 +37,7 @@ def _expand_infer(x, shape):
 
 EXPAND = declare(
     "expand", "view", nin=1, attrs=("shape",), infer=_expand_infer,
-    numpy=lambda x, shape: np.broadcast_to(x, shape),
+    numpy=lambda x, shape, *, xp=np: xp.broadcast_to(x, shape),
     # the engine sums a broadcast gradient back to the input's shape
     vjp=lambda g, i, o, shape: (g,))
 
@@ -60,7 +60,7 @@ def _inverse_perm(dims):
 
 PERMUTE = declare(
     "permute", "view", nin=1, attrs=("dims",), infer=_permute_infer,
-    numpy=lambda x, dims: x.transpose(dims),
+    numpy=lambda x, dims, *, xp=np: x.transpose(dims),
     vjp=lambda g, i, o, dims: (g.permute(_inverse_perm(dims)),),
     doc="out[i_0..i_n] = x[i_{inv(0)}..]; output dim k is input dim dims[k]")
 
@@ -108,7 +108,7 @@ def _slice_infer(x, slices):
     return (check_slices("slice", x._shape, slices), x._dtype)
 
 
-def _slice_numpy(x, slices):
+def _slice_numpy(x, slices, *, xp=np):
     return x[np_slices(slices)]
 
 
@@ -139,8 +139,8 @@ def _unfold_infer(x, dim, size, step):
     return (s[:dim] + (unfold_count(s[dim], size, step),) + s[dim + 1:] + (size,), x._dtype)
 
 
-def _unfold_numpy(x, dim, size, step):
-    w = np.lib.stride_tricks.sliding_window_view(x, size, axis=dim)
+def _unfold_numpy(x, dim, size, step, *, xp=np):
+    w = xp.lib.stride_tricks.sliding_window_view(x, size, axis=dim)
     if step != 1:
         w = w[(slice(None),) * dim + (slice(None, None, step),)]
     return w

@@ -2,7 +2,8 @@
 
 A distribution is an immutable, hashable value (it travels as a static attribute of the
 ``random`` op). ``check(dtype)`` says whether it can produce that dtype; ``sample_numpy`` is
-the NumPy reference the NdArray backend samples with, from the device's seeded stream.
+the NumPy reference the NdArray backend samples with, from the device's seeded stream; given
+``xp`` (CuPy, with a CuPy generator) it samples on that array library's device.
 
 Supported dtypes: Default gives floats in [0, 1) and, for bool, fair coin flips; Uniform gives
 floats in [low, high) or ints in [low, high) (integer bounds); Normal gives floats; Bernoulli
@@ -30,7 +31,9 @@ class Distribution:
         if dtype.kind != "float":
             raise DTypeError(f"random: {self!r} samples floats, got dtype {dtype.short}")
 
-    def sample_numpy(self, rng: np.random.Generator, shape, np_dtype):
+    def sample_numpy(self, rng: np.random.Generator, shape, np_dtype, *, xp=np):
+        """Samples of ``shape`` as ``np_dtype`` from ``rng``, a generator of the array
+        namespace ``xp`` (NumPy's, or CuPy's on the Cuda backend)."""
         raise NotImplementedError
 
     @staticmethod
@@ -50,7 +53,7 @@ class Distribution:
         return Bernoulli(prob)
 
 
-def _unit(rng, shape, np_dtype):
+def _unit(rng, shape, np_dtype, xp=np):
     """Uniform samples in [0, 1) that are exact in ``np_dtype`` (so rounding can never give
     1.0): multiples of 2**-p for the dtype's p bits of precision."""
     np_dtype = np.dtype(np_dtype)
@@ -85,10 +88,10 @@ class Default(Distribution):
             raise DTypeError(f"random: the Default distribution gives floats in [0, 1), not "
                              f"{dtype.short}; use Uniform(low, high) for ints")
 
-    def sample_numpy(self, rng, shape, np_dtype):
+    def sample_numpy(self, rng, shape, np_dtype, *, xp=np):
         if np.dtype(np_dtype).kind == "b":
             return rng.random(shape) < 0.5
-        return np.asarray(_unit(rng, shape, np_dtype)).astype(np_dtype, copy=False)
+        return xp.asarray(_unit(rng, shape, np_dtype, xp)).astype(np_dtype, copy=False)
 
 
 @dataclass(frozen=True)
@@ -121,17 +124,19 @@ class Uniform(Distribution):
             raise DTypeError(f"random: Uniform({lo}, {hi}) does not fit in {dtype.short} "
                              f"({info.min}..{info.max})")
 
-    def sample_numpy(self, rng, shape, np_dtype):
+    def sample_numpy(self, rng, shape, np_dtype, *, xp=np):
         np_dtype = np.dtype(np_dtype)
         lo, hi = self.low, self.high
         if np_dtype.kind in "iu":
             return rng.integers(int(lo), int(hi), size=shape, dtype=np.int64).astype(np_dtype)
-        u = _unit(rng, shape, np_dtype)
+        u = _unit(rng, shape, np_dtype, xp)
         work = _F64 if np_dtype == _F64 else _F32
-        v = np.asarray(u * work.type(hi - lo) + work.type(lo)).astype(np_dtype)
+        v = xp.asarray(u * work.type(hi - lo) + work.type(lo)).astype(np_dtype)
         if hi > lo:
             # rounding to the dtype may land on ``high``; keep the interval half-open
-            v = np.where(v.astype(np.float64) >= hi, _below(hi, np_dtype), v)
+            below = _below(hi, np_dtype)
+            v = xp.where(v.astype(np.float64) >= hi, below if xp is np else xp.asarray(below),
+                         v)
         return v
 
 
@@ -149,11 +154,11 @@ class Normal(Distribution):
         if self.std < 0:
             raise ShapeError(f"Normal: std {self.std} must be >= 0")
 
-    def sample_numpy(self, rng, shape, np_dtype):
+    def sample_numpy(self, rng, shape, np_dtype, *, xp=np):
         np_dtype = np.dtype(np_dtype)
         work = _F64 if np_dtype == _F64 else _F32
         z = rng.standard_normal(shape, dtype=work)
-        return np.asarray(z * work.type(self.std) + work.type(self.mean)).astype(np_dtype)
+        return xp.asarray(z * work.type(self.std) + work.type(self.mean)).astype(np_dtype)
 
 
 @dataclass(frozen=True)
@@ -169,5 +174,5 @@ class Bernoulli(Distribution):
     def check(self, dtype):
         pass
 
-    def sample_numpy(self, rng, shape, np_dtype):
-        return np.asarray(rng.random(shape) < self.prob).astype(np_dtype)
+    def sample_numpy(self, rng, shape, np_dtype, *, xp=np):
+        return xp.asarray(rng.random(shape) < self.prob).astype(np_dtype)
