@@ -16,6 +16,8 @@ from .tensor.interop import from_dlpack  # noqa: F401
 from .module import Module, Param, config, GradientsParams  # noqa: F401
 from . import optim  # noqa: F401
 from . import fusion  # noqa: F401
+from . import cuda  # noqa: F401  (imports no CuPy until asked)
+from .backend.precision import set_matmul_precision, get_matmul_precision  # noqa: F401
 
 bool = bool_  # noqa: A001  (em.bool as in torch.bool)
 

@@ -39,6 +39,11 @@ class BackendUnavailableError(EmberError, RuntimeError):
     """A backend that cannot run on this machine; the message says why."""
 
 
+class OutOfMemoryError(EmberError, MemoryError):
+    """A device ran out of memory; the message names the op, the size asked for and what is
+    in use."""
+
+
 class DatasetError(EmberError, ValueError):
     """A data set file or record that cannot be read (a bad CSV row, a truncated IDX file, a
     broken image, a SQLite value of the wrong type); the message names the file and the
@@ -52,4 +57,5 @@ IndexError = IndexError_  # noqa: A001
 __all__ = [
     "EmberError", "ShapeError", "DTypeError", "DeviceError", "IndexError", "AutodiffError",
     "RecordError", "ConfigError", "BackendUnavailableError", "DatasetError",
+    "OutOfMemoryError",
 ]

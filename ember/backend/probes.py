@@ -11,10 +11,13 @@ def _ndarray():
 
 
 def _cuda():
-    if importlib.util.find_spec("cupy") is None:
-        return "CuPy is not installed (pip install ember[cuda12]); the Cuda backend is not " \
-               "part of ember yet"
-    return "the Cuda backend is not part of ember yet"
+    from .cuda import unavailable_reason
+    return unavailable_reason()
+
+
+def _cuda_detail():
+    from .cuda._cupy import describe
+    return describe()
 
 
 def _wgpu():
@@ -30,7 +33,7 @@ def _torch():
 
 
 register_probe("ndarray", _ndarray)
-register_probe("cuda", _cuda)
+register_probe("cuda", _cuda, detail=_cuda_detail)
 register_probe("wgpu", _wgpu)
 register_probe("torch", _torch)
 
@@ -46,8 +49,21 @@ def _ad_nd_device():
     return Autodiff(NdArray()).device(0)
 
 
+def _cuda_device():
+    from .cuda import Cuda
+    return Cuda().device(0)
+
+
+def _ad_cuda_device():
+    from .autodiff import Autodiff
+    from .cuda import Cuda
+    return Autodiff(Cuda()).device(0)
+
+
 register_stack("ndarray", _nd_device)
 register_stack("autodiff(ndarray)", _ad_nd_device, autodiff=True)
+register_stack("cuda", _cuda_device, _cuda)
+register_stack("autodiff(cuda)", _ad_cuda_device, _cuda, autodiff=True)
 
 from .fusion.registration import register as _register_fusion  # noqa: E402
 

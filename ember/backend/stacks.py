@@ -32,14 +32,19 @@ def stacks() -> list[Stack]:
 class BackendInfo:
     name: str
     reason: str | None   # None when usable
+    detail: str | None = None   # what a usable backend runs on (e.g. its GPUs)
 
 
 BACKEND_PROBES: dict[str, Callable[[], str | None]] = {}
+BACKEND_DETAILS: dict[str, Callable[[], str]] = {}
 
 
-def register_probe(name: str, probe: Callable[[], str | None]) -> None:
-    """``probe()`` returns None when the backend is usable here, else why not."""
+def register_probe(name: str, probe: Callable[[], str | None], detail=None) -> None:
+    """``probe()`` returns None when the backend is usable here, else why not; ``detail()``,
+    asked only when it is usable, says what it runs on."""
     BACKEND_PROBES[name] = probe
+    if detail is not None:
+        BACKEND_DETAILS[name] = detail
 
 
 def backend_info() -> list[BackendInfo]:
@@ -49,5 +54,11 @@ def backend_info() -> list[BackendInfo]:
             reason = probe()
         except Exception as e:  # a probe must never take `ember info` down
             reason = f"probe failed: {type(e).__name__}: {e}"
-        out.append(BackendInfo(name, reason))
+        detail = None
+        if reason is None and name in BACKEND_DETAILS:
+            try:
+                detail = BACKEND_DETAILS[name]()
+            except Exception as e:
+                detail = f"(details unavailable: {type(e).__name__}: {e})"
+        out.append(BackendInfo(name, reason, detail))
     return out

@@ -58,8 +58,8 @@ def report() -> dict:
         "versions": versions(),
         "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
         "cpu": {"name": cpu_name(), "logical_cpus": total, "usable_cpus": usable},
-        "backends": [{"name": b.name, "usable": b.reason is None, "reason": b.reason}
-                     for b in backend_info()],
+        "backends": [{"name": b.name, "usable": b.reason is None, "reason": b.reason,
+                      "detail": b.detail} for b in backend_info()],
         "stacks": [s.name for s in stacks()],
     }
 
@@ -83,7 +83,7 @@ def run_info(as_json: bool = False) -> int:
     width = max((len(b["name"]) for b in r["backends"]), default=0)
     print("\nusable backends:")
     for b in usable:
-        print(f"  {b['name']:<{width}}  yes")
+        print(f"  {b['name']:<{width}}  yes" + (f"  {b['detail']}" if b.get("detail") else ""))
     if not usable:
         print("  (none)")
     print("\nnot usable here:")

@@ -29,7 +29,11 @@ def device(kind: str = "cpu", index: int = 0, *, fusion: bool | None = None,
             dev = Fusion(NdArray()).device(index)
         else:
             dev = NdArray().device(index)
-    elif kind in ("cuda", "gpu", "wgpu", "torch"):
+    elif kind in ("cuda", "gpu"):
+        # Fusion(Cuda) unless fusion=False (FUSION_BY_DEFAULT in ember/backend/cuda)
+        from ..backend.cuda import cuda_device
+        dev = cuda_device(index, fusion)
+    elif kind in ("wgpu", "torch"):
         from ..backend.stacks import backend_info
         reasons = {b.name: b.reason for b in backend_info()}
         why = reasons.get(kind) or "this backend is not part of ember yet"

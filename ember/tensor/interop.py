@@ -99,6 +99,19 @@ def dlpack_device(t):
     return t._device.backend.dlpack_source(t._prim).__dlpack_device__()
 
 
+def cuda_array_interface(t) -> dict:
+    """``Tensor.__cuda_array_interface__`` (version 3): the device pointer, shape, strides and
+    typestr of a CUDA tensor, and the stream its pending work is queued on."""
+    base = t._device.backend
+    while base.inner is not None:
+        base = base.inner
+    export = getattr(base, "cuda_array_interface", None)
+    if export is None:
+        raise AttributeError(f"__cuda_array_interface__: the tensor lives on {t._device}, not "
+                             f"on a CUDA device; use __dlpack__ or numpy() instead")
+    return export(t._device.backend.native(t._prim))
+
+
 def _host_array(obj) -> np.ndarray:
     """A NumPy array sharing ``obj``'s host memory (bf16 included)."""
     if isinstance(obj, np.ndarray):

@@ -212,6 +212,13 @@ class Tensor(ElementwiseMethods, ReduceMethods, ShapeMethods, IndexingMethods, L
         from .interop import dlpack_device
         return dlpack_device(self)
 
+    @property
+    def __cuda_array_interface__(self):
+        """Numba's and CuPy's protocol, for tensors on a CUDA device (an AttributeError
+        elsewhere, so that ``hasattr`` tells them apart)."""
+        from .interop import cuda_array_interface
+        return cuda_array_interface(self)
+
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         # NumPy scalars combine with tensors like Python scalars (np.float64(2) * t is a
         # tensor of t's dtype); see ember/tensor/interop.py

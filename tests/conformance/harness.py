@@ -165,10 +165,29 @@ def compare(actual: np.ndarray, expected, dtype_short: str, tol_override=None, w
     np.testing.assert_allclose(a, e, atol=atol, rtol=rtol, equal_nan=True, err_msg=what)
 
 
+def selected_stacks():
+    """The registered stacks, or those named by ``EMBER_TEST_STACKS`` (comma-separated names
+    or shell patterns, e.g. ``cuda,autodiff(cuda)`` or ``*cuda*``): a GPU run tests only its
+    own stacks. A pattern that matches no stack is an error, not an empty run."""
+    import fnmatch
+    import os
+    spec = os.environ.get("EMBER_TEST_STACKS", "").strip()
+    if not spec:
+        return stacks()
+    pats = [p.strip() for p in spec.split(",") if p.strip()]
+    names = [s.name for s in stacks()]
+    for p in pats:
+        if not fnmatch.filter(names, p):
+            raise ValueError(f"EMBER_TEST_STACKS: {p!r} matches no registered stack; "
+                             f"registered: {', '.join(names)}")
+    return [s for s in stacks() if any(fnmatch.fnmatchcase(s.name, p) for p in pats)]
+
+
 def stack_params(*, autodiff_only: bool = False):
-    """pytest params for each registered backend stack; absent ones skip with the reason."""
+    """pytest params for each registered backend stack (or those `selected_stacks` keeps);
+    absent ones skip with the reason."""
     params = []
-    for s in stacks():
+    for s in selected_stacks():
         if autodiff_only and not s.autodiff:
             continue
         reason = s.availability()

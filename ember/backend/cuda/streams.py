@@ -1,0 +1,116 @@
+"""One CUDA stream per thread and device, made current around each op.
+
+Each thread queues its ops on its own non-blocking stream, so threads never wait for each
+other's kernels. A tensor made on one thread's stream and used on another's needs an order
+between the two streams; `StreamOrder` provides it without any host synchronization:
+
+* while a device has one stream (one thread uses it: the common case) nothing is tracked;
+* when a second stream appears, the device is synchronized once (everything queued before
+  is finished), and from then on each allocation remembers the last stream that used it;
+* an op whose input was last used on another stream makes its own stream wait for an event
+  recorded on that one, and keeps the input alive until the op has run (otherwise the
+  memory could be freed to the other stream's pool and rewritten while still being read).
+"""
+from __future__ import annotations
+
+import collections
+import threading
+
+
+class Scope:
+    """``with scope:`` makes ``stream`` (and its device) current for the calling thread."""
+
+    __slots__ = ("stream", "index", "_saved", "_set_device", "_get_device", "order",
+                 "keep")
+
+    def __init__(self, stream, index, runtime, order):
+        self.stream = stream
+        self.index = index
+        self._saved = []
+        self._get_device = runtime.getDevice
+        self._set_device = runtime.setDevice
+        self.order = order
+        self.keep = collections.deque()      # (event, arrays) pending cross-stream reads
+
+    def __enter__(self):
+        prev = self._get_device()
+        if prev != self.index:
+            self._set_device(self.index)
+        self._saved.append(prev)
+        self.stream.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.stream.__exit__(*exc)
+        prev = self._saved.pop()
+        if prev != self.index:
+            self._set_device(prev)
+        return False
+
+
+class StreamOrder:
+    """The streams of one device, and the cross-stream order described in the module doc."""
+
+    def __init__(self, cupy, index):
+        self.cp = cupy
+        self.index = index
+        self.streams = 0
+        self.tracking = False
+        self._lock = threading.Lock()
+
+    def new_scope(self):
+        cp = self.cp
+        with self._lock:
+            with cp.cuda.Device(self.index):
+                if self.streams >= 1 and not self.tracking:
+                    cp.cuda.Device(self.index).synchronize()
+                    self.tracking = True
+                stream = cp.cuda.Stream(non_blocking=True)
+            self.streams += 1
+        return Scope(stream, self.index, cp.cuda.runtime, self)
+
+    # -- cross-stream tracking (only while ``tracking``) ----------------------------------
+    def before(self, scope, prims):
+        """Order ``scope``'s stream after the last use of each input on another stream;
+        returns the inputs that crossed streams (kept alive by `after`)."""
+        mine = scope.stream
+        crossed = None
+        for p in prims:
+            mem = _mem(p)
+            if mem is None:
+                continue
+            other = getattr(mem, "_ember_stream", None)
+            if other is not None and other is not mine:
+                mine.wait_event(other.record())
+                if crossed is None:
+                    crossed = []
+                crossed.append(p)
+            _mark(mem, mine)
+        _prune(scope.keep)
+        return crossed
+
+    def after(self, scope, out, crossed):
+        mine = scope.stream
+        for o in (out if isinstance(out, tuple) else (out,)):
+            mem = _mem(o)
+            if mem is not None:
+                _mark(mem, mine)
+        if crossed:
+            scope.keep.append((mine.record(), crossed))
+
+
+def _mem(x):
+    data = getattr(x, "data", None)
+    return getattr(data, "mem", None) if data is not None else None
+
+
+def _mark(mem, stream):
+    try:
+        mem._ember_stream = stream
+    except AttributeError:      # memory CuPy did not allocate (DLPack imports): untracked
+        pass
+
+
+def _prune(keep):
+    while keep and keep[0][0].done:
+        keep.popleft()
