@@ -57,7 +57,8 @@ def _decreasing(losses, factor=1.0) -> bool:
 
 def test_every_example_is_tested():
     tested = {"linear_regression", "digits_cnn", "csv_regression", "custom_loop",
-              "text_transformer", "custom_renderer"}
+              "text_transformer", "custom_renderer",
+              "custom_cuda_kernel"}     # tested in tests/kernel_cuda/test_custom.py
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
 
 

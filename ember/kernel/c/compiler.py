@@ -32,22 +32,19 @@ import tempfile
 import threading
 import time
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
 
 from ...errors import EmberError
 from ..cache_dir import cache_dir
-
-try:
-    import fcntl
-except ImportError:          # Windows: atomic renames only
-    fcntl = None
+from ..cache_files import atomic_write, build_lock
 
 __all__ = ["KernelCompileError", "CCompiler", "find_compiler", "get_compiler", "cpu_id"]
 
 PROBE_VERSION = 3
-BASE_FLAGS = ("-O3", "-std=gnu11", "-fPIC", "-shared", "-fno-math-errno", "-ffp-contract=off",
-              "-fno-fast-math", "-fno-trapping-math")
+# -fno-fast-math first: placed after -fno-math-errno it turns math errno back on, and every
+# sqrt then keeps a branch that stops its loop from vectorizing
+BASE_FLAGS = ("-O3", "-std=gnu11", "-fPIC", "-shared", "-fno-fast-math", "-fno-math-errno",
+              "-ffp-contract=off", "-fno-trapping-math")
 
 _PROBE_SRC = r"""
 #include <stdint.h>
@@ -123,18 +120,7 @@ def find_compiler(env=None) -> tuple:
     return None, "no C compiler found: EMBER_CC is not set and none of cc, gcc, clang is on PATH"
 
 
-def _atomic_write(path: Path, data: bytes):
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+_atomic_write = atomic_write      # shared with the CUDA compiler (ember.kernel.cache_files)
 
 
 class CCompiler:
@@ -188,7 +174,8 @@ class CCompiler:
     def _probe(self):
         exe = self.argv[0]
         st = os.stat(exe)
-        ident = json.dumps([PROBE_VERSION, os.path.realpath(exe), st.st_size, st.st_mtime_ns,
+        ident = json.dumps([PROBE_VERSION, BASE_FLAGS, os.path.realpath(exe), st.st_size,
+                            st.st_mtime_ns,
                             self.argv[1:], self.extra_flags, self.cpu])
         pfile = self._dir / f"probe-{hashlib.sha256(ident.encode()).hexdigest()[:24]}.json"
         try:
@@ -297,19 +284,8 @@ class CCompiler:
     def path_of(self, key: str) -> Path:
         return self._dir / key[:2] / f"{key}.so"
 
-    @contextmanager
     def _file_lock(self, key):
-        if fcntl is None:
-            yield
-            return
-        ldir = self._dir / "locks"
-        ldir.mkdir(exist_ok=True)
-        with open(ldir / f"{key[:2]}.lock", "a+b") as f:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        return build_lock(self._dir, key)
 
     def build(self, source: str, key: str | None = None) -> Path:
         """The shared library of ``source`` on disk (compiled if missing)."""

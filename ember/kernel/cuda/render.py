@@ -1,0 +1,1252 @@
+"""Kernel IR -> CUDA C (compiled by NVRTC; no headers needed).
+
+The same IR the C renderer takes (`ir.Elementwise`, `ir.Reduce`, ``broadcast=True``
+included), with the same semantics: `ember.kernel.interpret`'s module doc is the contract.
+Shapes, strides and offsets are compile-time constants; a kernel's parameters are its input
+pointers, its output pointers, a scratch pointer (split reductions), its runtime scalars
+(float args as ``double``, int and bool args as ``long long``) and, for vectorized
+elementwise kernels, an ``aligned`` flag.
+
+Elementwise kernels
+-------------------
+Size-1 dims are dropped and dims contiguous for every input and the output are merged
+(unless the kernel reads `Index`). Grid-stride loops; 32-bit indices when every index and
+offset fits (`fits_idx32`), else 64-bit. With ``vec > 1`` each thread handles groups of
+``vec`` consecutive elements of the last dim: outputs are written with 16-byte (or
+``vec * itemsize``-byte) stores, inputs with a unit last stride and offsets/strides that are
+multiples of ``vec`` are read with vector loads, broadcast inputs (stride 0) once per group,
+other inputs element by element. The launch passes ``aligned = 0`` when a vectorized
+pointer is not aligned to its access width; the kernel then takes its scalar loop. A flat
+(1-d) kernel with ``N % vec != 0`` finishes with a scalar tail; an N-d one needs ``vec`` to
+divide the last dim (the renderer lowers ``vec`` until it does).
+
+Reductions
+----------
+Kept dims are collapsed as above. Two layouts:
+
+* *row*: ``tpr`` threads reduce one output position (a warp, a sub-warp group or a whole
+  block): strided partial accumulation, then ``__shfl_down_sync`` within warps and shared
+  memory across warps; the result is broadcast to the row's threads, which then either
+  store the epilogue (lane 0) or, for ``broadcast=True``, sweep the row again writing it.
+* *column*: a kept dim has unit stride (a reduction over a strided axis): a block of
+  ``32 x by`` threads owns 32 neighbouring outputs, ``by`` threads per output split the
+  axis, and combine through shared memory (a fixed tree).
+
+When the output of a column layout is contiguous along the reduced axis (layer norm after
+``swap_dims``), the broadcast sweep goes through a shared-memory tile so that its writes are
+coalesced too. A broadcast kernel whose threads see at most `CACHE` terms each keeps the
+loads its epilogue repeats in registers (its loops unrolled), so the sweep reads no input
+twice.
+
+A long axis is *split* into segments of ``64 * tpr`` (``64 * by``) elements: kernel
+``ember_part`` reduces each (output, segment) into a scratch buffer, ``ember_comb`` combines
+the segments of each output in a fixed order (and stores the epilogue, or the reduced value
+for a broadcast sweep), ``ember_sweep`` writes a broadcast epilogue. Each thread therefore
+accumulates at most 64 terms in sequence before the trees take over: float sums are
+pairwise-ish (error ~ (64 + log2 n) eps). Results are deterministic for a given variant;
+the float rounding of sums depends on the variant (threads per output, segments).
+
+Semantics (as the C renderer): integer arithmetic wraps (unsigned types), int division and
+remainder by zero give 0, ``INT_MIN / -1`` wraps, shifts out of range give 0 or the sign
+fill, max/min propagate NaN, float -> int casts saturate to the int64 range (NaN -> 0) then
+wrap, bool is ``uint8_t`` 0/1, f16/bf16 compute in f32 and round to nearest even on store
+(f16 by the ``cvt.rn`` PTX instruction, bf16 by bits). Compile with ``--fmad=false`` (and
+the default IEEE division and square root, no flush to zero) so add, sub, mul, div, sqrt
+and the conversions give NumPy's bits, as the C kernels do.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ... import dtype as dt
+from .. import ir
+
+__all__ = ["Options", "Launch", "Rendered", "render", "fits_idx32", "default_vec"]
+
+_C = {dt.float64: "double", dt.float32: "float", dt.float16: "float", dt.bfloat16: "float",
+      dt.int64: "int64_t", dt.int32: "int32_t", dt.int16: "int16_t", dt.int8: "int8_t",
+      dt.uint8: "uint8_t", dt.bool_: "uint8_t"}
+_U = {dt.int64: "uint64_t", dt.int32: "uint32_t", dt.int16: "uint16_t", dt.int8: "uint8_t",
+      dt.uint8: "uint8_t", dt.bool_: "uint8_t"}
+# unsigned types wide enough that no operand is promoted to (signed) int
+_W = {dt.int64: "uint64_t", dt.int32: "uint32_t", dt.int16: "uint32_t", dt.int8: "uint32_t",
+      dt.uint8: "uint32_t", dt.bool_: "uint32_t"}
+_SIZE = {"double": 8, "float": 4, "int64_t": 8, "uint64_t": 8, "int32_t": 4, "uint32_t": 4,
+         "int16_t": 2, "uint16_t": 2, "int8_t": 1, "uint8_t": 1}
+_LOW = (dt.float16, dt.bfloat16)
+_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+SERIAL = 64          # terms one thread accumulates in sequence before a split
+CACHE = 32           # broadcast reductions: per-thread terms kept in registers for the sweep
+MAX_BLOCK = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """Compile-time choices (the autotuner varies them).
+
+    ``block``: threads per block (elementwise, row reductions; 0: 256).
+    ``vec``: elementwise elements per vector access (0: 16 bytes of the widest operand;
+    1: scalar only). ``idx32``: 32-bit indexing where it fits.
+    ``tpr``: row reductions, threads per output (0: by the axis length).
+    ``by``: column reductions, threads per output (0: 8)."""
+    block: int = 0
+    vec: int = 0
+    idx32: bool = True
+    tpr: int = 0
+    by: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """One kernel launch of a program: ``grid = min(ceil(items / per_block), cap)`` blocks
+    of ``block`` threads run function ``name`` (grid-stride loops cover the rest)."""
+    name: str
+    block: int
+    items: int
+    per_block: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """The source and how to launch it. ``launches`` run in order (none for an empty
+    kernel); ``scratch``: bytes of scratch memory the launches share (split reductions);
+    ``vec``: the vector width (elementwise; 1: none); ``aligned``: per pointer parameter
+    (inputs, then outputs) the byte alignment the vector path needs (0: none), checked at
+    launch to set the ``aligned`` parameter; ``mode``: ``elementwise``, ``row``,
+    ``column`` (``+split``)."""
+    source: str
+    mode: str
+    launches: tuple
+    scratch: int
+    vec: int
+    aligned: tuple
+    has_aligned: bool
+    has_scratch: bool
+    idx32: bool
+    work: int
+
+
+def _cd(d: dt.DType) -> dt.DType:
+    return ir.compute_dtype(d)
+
+
+def _prod(xs) -> int:
+    p = 1
+    for x in xs:
+        p *= int(x)
+    return p
+
+
+def _pow2ceil(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def fits_idx32(kernel) -> bool:
+    """Whether every flat index and element offset of ``kernel`` fits in int32 (with a
+    margin for grid-stride steps)."""
+    lim = (1 << 30)
+    if _prod(kernel.shape) > lim:
+        return False
+    for v in kernel.inputs:
+        lo = hi = int(v.offset)
+        for s, n in zip(v.strides, kernel.shape):
+            ext = int(s) * (max(int(n), 1) - 1)
+            lo, hi = (lo + ext, hi) if ext < 0 else (lo, hi + ext)
+        if lo < -lim or hi > lim:
+            return False
+    return True
+
+
+# -- literals -------------------------------------------------------------------------------
+def _float_lit(v, d: dt.DType) -> str:
+    x = float(v)
+    if d is dt.float32:
+        with np.errstate(over="ignore"):
+            x = float(np.float32(x))
+        if math.isnan(x):
+            return "__int_as_float(0x7fc00000)"
+        if math.isinf(x):
+            return "__int_as_float(0x7f800000)" if x > 0 else "__int_as_float(0xff800000)"
+        return f"({x.hex()}f)"
+    if math.isnan(x):
+        return "__longlong_as_double(0x7ff8000000000000LL)"
+    if math.isinf(x):
+        return ("__longlong_as_double(0x7ff0000000000000LL)" if x > 0 else
+                "__longlong_as_double((long long)0xfff0000000000000ULL)")
+    return f"({x.hex()})"
+
+
+def _wrap_int(v: int, d: dt.DType) -> int:
+    bits = 8 * d.itemsize
+    v = int(v) & ((1 << bits) - 1)
+    if d.signed and v >= 1 << (bits - 1):
+        v -= 1 << bits
+    return v
+
+
+def _int_lit(v: int, d: dt.DType) -> str:
+    v = _wrap_int(v, d)
+    if d is dt.int64:
+        if v == -(1 << 63):
+            return "((int64_t)(-9223372036854775807LL - 1))"
+        return f"((int64_t){v}LL)"
+    if d is dt.int32 and v == -(1 << 31):
+        return "((int32_t)(-2147483647 - 1))"
+    return f"(({_C[d]}){v})"
+
+
+def _lit(value, d: dt.DType) -> str:
+    d = _cd(d)
+    if d.is_bool:
+        return "((uint8_t)1)" if bool(value) else "((uint8_t)0)"
+    if d.is_int:
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise ValueError(f"render: non-finite constant {value!r} of dtype {d.short}")
+            value = int(value)
+        return _int_lit(int(value), d)
+    return _float_lit(value, d)
+
+
+def _minmax_lit(d: dt.DType, which: str) -> str:
+    if d.is_float:
+        return _float_lit(-math.inf if which == "min" else math.inf, d)
+    if d.is_bool:
+        return "((uint8_t)0)" if which == "min" else "((uint8_t)1)"
+    info = np.iinfo(d.np)
+    return _int_lit(info.min if which == "min" else info.max, d)
+
+
+# -- the preamble ---------------------------------------------------------------------------
+_PRE = r"""
+typedef long long int64_t; typedef unsigned long long uint64_t;
+typedef int int32_t; typedef unsigned int uint32_t;
+typedef short int16_t; typedef unsigned short uint16_t;
+typedef signed char int8_t; typedef unsigned char uint8_t;
+#define EMBER_D static __device__ __forceinline__
+#define EMBER_FULL 0xffffffffu
+EMBER_D float ember_h2f(uint16_t h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+EMBER_D uint16_t ember_f2h(float f) { uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+EMBER_D uint16_t ember_d2h(double d) { uint16_t h; asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(d)); return h; }
+EMBER_D float ember_bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+EMBER_D uint16_t ember_f2bf(float f) {
+  uint32_t u = __float_as_uint(f);
+  uint32_t nan = ((u >> 16) & 0x8000u) | 0x7fc0u;
+  uint32_t rnd = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rnd);
+}
+/* float -> int64, truncating; NaN -> 0; saturating at the int64 limits (+-inf included) */
+EMBER_D int64_t ember_f2i64(float x) {
+  return x != x ? (int64_t)0 : (x >= 0x1p63f ? (int64_t)0x7fffffffffffffffLL :
+         (x < -0x1p63f ? (int64_t)(-0x7fffffffffffffffLL - 1) : (int64_t)__float2ll_rz(x)));
+}
+EMBER_D int64_t ember_d2i64(double x) {
+  return x != x ? (int64_t)0 : (x >= 0x1p63 ? (int64_t)0x7fffffffffffffffLL :
+         (x < -0x1p63 ? (int64_t)(-0x7fffffffffffffffLL - 1) : (int64_t)__double2ll_rz(x)));
+}
+"""
+
+# warp shuffles of every accumulator type (8/16-bit values travel as 32-bit ints)
+_SHFL_TYPES = ("float", "double", "int64_t", "uint64_t", "int32_t", "uint32_t", "int16_t",
+               "uint16_t", "int8_t", "uint8_t")
+
+
+def _shfl_helpers(t: str) -> str:
+    wide = t in ("float", "double", "int64_t", "uint64_t", "int32_t", "uint32_t")
+    via = "" if wide else "(int)"
+    back = "" if wide else f"({t})"
+    return (f"EMBER_D {t} ember_shfl_down({t} v, int o, int w) "
+            f"{{ return {back}__shfl_down_sync(EMBER_FULL, {via}v, o, w); }}\n"
+            f"EMBER_D {t} ember_shfl_idx({t} v, int s, int w) "
+            f"{{ return {back}__shfl_sync(EMBER_FULL, {via}v, s, w); }}")
+
+
+# vector access types: total bytes -> (type of one access, accesses)
+def _vec_access(nbytes: int) -> tuple:
+    if nbytes >= 16:
+        return "uint4", nbytes // 16
+    return {8: "uint2", 4: "unsigned int", 2: "unsigned short", 1: "unsigned char"}[nbytes], 1
+
+
+# -- expressions ----------------------------------------------------------------------------
+class _Gen:
+    """Shared state of one rendering: temp names, helpers (bitcasts, vector unions)."""
+
+    def __init__(self, n_args: int):
+        self.n = 0
+        self.helpers: dict = {}
+        self.n_args = n_args
+
+    def tmp(self) -> str:
+        self.n += 1
+        return f"t{self.n}"
+
+    def bitcast_helper(self, src: dt.DType, dst: dt.DType) -> str:
+        name = f"ember_bc_{src.short}_{dst.short}"
+        if name in self.helpers:
+            return name
+        bits = f"uint{8 * src.itemsize}_t"
+        if src is dt.float16:
+            get = "b = ember_f2h(x);"
+        elif src is dt.bfloat16:
+            get = "b = ember_f2bf(x);"
+        elif src is dt.float32:
+            get = "b = __float_as_uint(x);"
+        elif src is dt.float64:
+            get = "b = (uint64_t)__double_as_longlong(x);"
+        else:
+            get = f"b = ({bits})x;"
+        if dst is dt.float16:
+            put = "return ember_h2f(b);"
+        elif dst is dt.bfloat16:
+            put = "return ember_bf2f(b);"
+        elif dst is dt.float32:
+            put = "return __uint_as_float(b);"
+        elif dst is dt.float64:
+            put = "return __longlong_as_double((long long)b);"
+        elif dst.is_bool:
+            put = "return (uint8_t)(b != 0);"
+        else:
+            put = f"return ({_C[dst]})({_U[dst]})b;"
+        self.helpers[name] = (f"EMBER_D {_C[_cd(dst)]} {name}({_C[_cd(src)]} x) "
+                              f"{{ {bits} b; {get} {put} }}")
+        return name
+
+    def vec_union(self, ctype: str, vec: int) -> str:
+        name = f"ember_v_{ctype}_{vec}"
+        if name not in self.helpers:
+            acc, n = _vec_access(_SIZE[ctype] * vec)
+            self.helpers[name] = f"union {name} {{ {acc} q[{n}]; {ctype} e[{vec}]; }};"
+        return name
+
+
+def _cast_code(x: str, src: dt.DType, dst: dt.DType) -> str:
+    """CUDA code converting value ``x`` (carried in src's compute type, a value of dtype
+    ``src``) to a value of dtype ``dst`` (carried in dst's compute type)."""
+    cs, cdst = _cd(src), _cd(dst)
+    if src is dst or (cs is cdst and dst not in _LOW):
+        return x
+    if dst.is_bool:
+        return f"((uint8_t)({x} != 0))"
+    if src.is_bool:
+        return f"(({_C[cdst]}){x})"
+    if dst is dt.float16:
+        if cs is dt.float32:
+            return f"ember_h2f(ember_f2h({x}))"
+        return f"ember_h2f(ember_d2h((double){x}))"
+    if dst is dt.bfloat16:
+        return f"ember_bf2f(ember_f2bf((float){x}))"
+    if dst.is_float:
+        return f"(({_C[dst]}){x})"
+    if cs.is_float:                       # -> int: through the saturated int64
+        f = "ember_f2i64" if cs is dt.float32 else "ember_d2i64"
+        if dst is dt.int64:
+            return f"{f}({x})"
+        return f"(({_C[dst]})({_U[dst]}){f}({x}))"
+    return f"(({_C[dst]})({_U[dst]}){x})"
+
+
+def _store_code(x: str, src: dt.DType, out: dt.DType) -> str:
+    """Code converting value ``x`` (of dtype ``src``) to ``out``'s storage type."""
+    cs = _cd(src)
+    if out is dt.float16:
+        return f"ember_f2h({x})" if cs is dt.float32 else f"ember_d2h((double){x})"
+    if out is dt.bfloat16:
+        return f"ember_f2bf({x})" if cs is dt.float32 else f"ember_f2bf((float){x})"
+    return _cast_code(x, src, out)
+
+
+def _load_code(elem: str, d: dt.DType) -> str:
+    if d is dt.float16:
+        return f"ember_h2f({elem})"
+    if d is dt.bfloat16:
+        return f"ember_bf2f({elem})"
+    if d.is_bool:
+        return f"((uint8_t)({elem} != 0))"
+    return elem
+
+
+def _storage(d: dt.DType) -> str:
+    return "uint16_t" if d in _LOW else _C[d]
+
+
+def _wrapneg(x: str, d: dt.DType) -> str:
+    return f"(({_C[d]})({_W[d]})(({_W[d]})0 - ({_W[d]}){x}))"
+
+
+def _unary_code(op: str, x: str, d: dt.DType) -> str:
+    c = _C[d]
+    if op == "lnot":
+        return f"((uint8_t)({x} == 0))"
+    if d.is_float:
+        f = "f" if d is dt.float32 else ""
+        if op == "neg":
+            return f"(-{x})"
+        fn = {"abs": "fabs", "sqrt": "sqrt", "floor": "floor", "ceil": "ceil",
+              "trunc": "trunc", "rint": "rint"}.get(op)
+        if fn:
+            return f"{fn}{f}({x})"
+        raise TypeError(f"render: unary {op} of a float operand ({d.short})")
+    if d.is_bool:
+        if op in ("neg", "bnot"):
+            return f"((uint8_t)({x} ^ 1))"
+        if op in ("abs", "floor", "ceil", "trunc", "rint"):
+            return x
+        raise TypeError(f"render: unary {op} of a bool operand")
+    if op == "neg":
+        return _wrapneg(x, d)
+    if op == "abs":
+        return x if not d.signed else f"({x} < 0 ? {_wrapneg(x, d)} : {x})"
+    if op in ("floor", "ceil", "trunc", "rint"):
+        return x
+    if op == "bnot":
+        return f"(({c})({_U[d]})(~({_W[d]}){x}))"
+    raise TypeError(f"render: unary {op} of an int operand ({d.short})")
+
+
+def _binary_code(op: str, a: str, b: str, d: dt.DType) -> str:
+    """``d``: the operands' compute dtype."""
+    c = _C[d]
+    if op in _CMP:
+        return f"((uint8_t)({a} {_CMP[op]} {b}))"
+    if op == "max":
+        return f"((({a} > {b}) | ({a} != {a})) ? {a} : {b})" if d.is_float else \
+            f"({a} > {b} ? {a} : {b})"
+    if op == "min":
+        return f"((({a} < {b}) | ({a} != {a})) ? {a} : {b})" if d.is_float else \
+            f"({a} < {b} ? {a} : {b})"
+    if d.is_float:
+        if op in ("add", "sub", "mul", "div"):
+            return f"({a} {'+-*/'[('add', 'sub', 'mul', 'div').index(op)]} {b})"
+        if op == "rem":
+            return f"fmod{'f' if d is dt.float32 else ''}({a}, {b})"
+        raise TypeError(f"render: binary {op} of float operands ({d.short})")
+    if op in ("and", "or", "xor"):
+        sym = {"and": "&", "or": "|", "xor": "^"}[op]
+        return f"(({c})({a} {sym} {b}))"
+    if d.is_bool:
+        raise TypeError(f"render: binary {op} of bool operands")
+    w, u = _W[d], _U[d]
+    if op in ("add", "sub", "mul"):
+        sym = {"add": "+", "sub": "-", "mul": "*"}[op]
+        return f"(({c})({u})(({w}){a} {sym} ({w}){b}))"
+    if op == "div":
+        if d.signed:
+            return (f"({b} == 0 ? ({c})0 : ({b} == -1 ? {_wrapneg(a, d)} : "
+                    f"({c})({a} / {b})))")
+        return f"({b} == 0 ? ({c})0 : ({c})({a} / {b}))"
+    if op == "rem":
+        if d.signed:
+            return f"(({b} == 0 || {b} == -1) ? ({c})0 : ({c})({a} % {b}))"
+        return f"({b} == 0 ? ({c})0 : ({c})({a} % {b}))"
+    bits = 8 * d.itemsize
+    cnt = f"((uint64_t)(int64_t){b})" if d.signed else f"((uint64_t){b})"
+    if op == "shl":
+        return f"({cnt} < {bits}u ? ({c})({u})(({w}){a} << {cnt}) : ({c})0)"
+    if op == "shr":
+        if d.signed:
+            return (f"({cnt} < {bits}u ? ({c})({a} >> {cnt}) : "
+                    f"({a} < 0 ? ({c})-1 : ({c})0))")
+        return f"({cnt} < {bits}u ? ({c})({a} >> {cnt}) : ({c})0)"
+    raise ValueError(f"render: unknown binary op {op!r}; valid: {sorted(ir.BINARY_OPS)}")
+
+
+def nodes(exprs) -> list:
+    """Every node of the expressions, each once, by identity (hashing a frozen node hashes
+    its subtree: exponential on shared DAGs)."""
+    seen, out = set(), []
+    stack = list(exprs)
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        out.append(e)
+        stack.extend(ir.children(e))
+    return out
+
+
+def _uses_index(exprs) -> bool:
+    return any(isinstance(n, ir.Index) for n in nodes(exprs))
+
+
+def _loads_of(exprs) -> set:
+    return {n.buffer for n in nodes(exprs) if isinstance(n, ir.Load)}
+
+
+class _Scope:
+    """Emits statements evaluating expressions at one position. ``load(buffer)`` gives the
+    element expression of an input there (its storage type), ``index(dim)`` the int64
+    position along an iteration dim, ``acc`` the reduced value."""
+
+    def __init__(self, gen: _Gen, views, load, index, acc=None, acc_dtype=None):
+        self.g = gen
+        self.views = views
+        self.load = load
+        self.index = index
+        self.acc = acc
+        self.acc_dtype = acc_dtype
+        self.lines: list = []
+        self.memo: dict = {}
+        self.keep: list = []
+
+    def value(self, e: ir.Expr) -> str:
+        memo = self.memo
+        stack = [(e, False)]
+        while stack:
+            node, done = stack.pop()
+            if id(node) in memo:
+                continue
+            if done:
+                memo[id(node)] = self._node(node)
+                self.keep.append(node)
+                continue
+            stack.append((node, True))
+            for ch in ir.children(node):
+                if id(ch) not in memo:
+                    stack.append((ch, False))
+        return memo[id(e)]
+
+    def _bind(self, code: str, d: dt.DType) -> str:
+        t = self.g.tmp()
+        self.lines.append(f"const {_C[_cd(d)]} {t} = {code};")
+        return t
+
+    def _node(self, e) -> str:
+        v = lambda n: self.memo[id(n)]   # noqa: E731
+        if isinstance(e, ir.Const):
+            return _lit(e.value, e.dtype)
+        if isinstance(e, ir.Arg):
+            if not 0 <= e.index < self.g.n_args:
+                raise ValueError(f"render: Arg({e.index}) but the kernel declares "
+                                 f"{self.g.n_args} args")
+            return f"arg{e.index}"
+        if isinstance(e, ir.Load):
+            if not 0 <= e.buffer < len(self.views):
+                raise ValueError(f"render: Load({e.buffer}) but the kernel has "
+                                 f"{len(self.views)} inputs")
+            if self.views[e.buffer].dtype is not e.dtype:
+                raise TypeError(f"render: Load({e.buffer}) of dtype {e.dtype.short} from a "
+                                f"view of dtype {self.views[e.buffer].dtype.short}")
+            return self._bind(_load_code(self.load(e.buffer), e.dtype), e.dtype)
+        if isinstance(e, ir.Index):
+            return self._bind(_cast_code(self.index(e.dim), dt.int64, e.dtype), e.dtype)
+        if isinstance(e, ir.Acc):
+            if self.acc is None:
+                raise ValueError("render: Acc outside a reduction's epilogue")
+            return self._bind(_cast_code(self.acc, self.acc_dtype, e.dtype), e.dtype)
+        if isinstance(e, ir.Unary):
+            if e.op not in ir.UNARY_OPS:
+                raise ValueError(f"render: unknown unary op {e.op!r}")
+            xd = _cd(e.x.dtype)
+            want = dt.bool_ if e.op == "lnot" else xd
+            if _cd(e.dtype) is not want:
+                raise TypeError(f"render: unary {e.op} of {xd.short} typed {e.dtype.short}")
+            return self._bind(_unary_code(e.op, v(e.x), xd), e.dtype)
+        if isinstance(e, ir.Binary):
+            ad, bd = _cd(e.a.dtype), _cd(e.b.dtype)
+            if ad is not bd:
+                raise TypeError(f"render: binary {e.op} of {ad.short} and {bd.short} operands "
+                                f"(operands share a dtype; add a Cast)")
+            want = dt.bool_ if e.op in _CMP else ad
+            if _cd(e.dtype) is not want:
+                raise TypeError(f"render: binary {e.op} of {ad.short} typed {e.dtype.short}")
+            return self._bind(_binary_code(e.op, v(e.a), v(e.b), ad), e.dtype)
+        if isinstance(e, ir.Select):
+            cond = v(e.cond) if _cd(e.cond.dtype) is dt.bool_ else \
+                f"((uint8_t)({v(e.cond)} != 0))"
+            vd = _cd(e.dtype)
+            if _cd(e.a.dtype) is not vd or _cd(e.b.dtype) is not vd:
+                raise TypeError("render: select branches differ from its dtype")
+            return self._bind(f"({cond} ? {v(e.a)} : {v(e.b)})", e.dtype)
+        if isinstance(e, ir.Cast):
+            return self._bind(_cast_code(v(e.x), e.x.dtype, e.dtype), e.dtype)
+        if isinstance(e, ir.Bitcast):
+            if e.x.dtype.itemsize != e.dtype.itemsize:
+                raise TypeError(f"render: bitcast {e.x.dtype.short} -> {e.dtype.short}")
+            name = self.g.bitcast_helper(e.x.dtype, e.dtype)
+            return self._bind(f"{name}({v(e.x)})", e.dtype)
+        raise TypeError(f"render: unknown expression node {type(e).__name__}")
+
+
+# -- source building ------------------------------------------------------------------------
+class _Src:
+    def __init__(self):
+        self.lines: list = []
+        self.ind = 0
+
+    def __call__(self, *lines):
+        for ln in lines:
+            self.lines.append("  " * self.ind + ln)
+
+    def open(self, line):
+        self(line + " {")
+        self.ind += 1
+
+    def close(self, tail=""):
+        self.ind -= 1
+        self("}" + tail)
+
+
+def _collapse(sizes, strides, merge: bool):
+    """Drop size-1 dims and (with ``merge``) merge adjacent dims contiguous for every stride
+    list. Returns (sizes, strides, dims): ``dims[i]`` lists the original dims of dim i."""
+    dims = [[d] for d in range(len(sizes))]
+    sizes = list(sizes)
+    strides = [list(s) for s in strides]
+    keep = [i for i, n in enumerate(sizes) if n != 1]
+    sizes = [sizes[i] for i in keep]
+    strides = [[s[i] for i in keep] for s in strides]
+    dims = [dims[i] for i in keep]
+    if merge:
+        i = len(sizes) - 2
+        while i >= 0:
+            if all(s[i] == s[i + 1] * sizes[i + 1] for s in strides):
+                sizes[i] *= sizes[i + 1]
+                for s in strides:
+                    s[i] = s[i + 1]
+                    del s[i + 1]
+                dims[i] = dims[i] + dims[i + 1]
+                del sizes[i + 1], dims[i + 1]
+            i -= 1
+    return sizes, strides, dims
+
+
+def _contig(sizes):
+    st, acc = [], 1
+    for n in reversed(sizes):
+        st.append(acc)
+        acc *= n
+    return st[::-1]
+
+
+def _params(k, out_dtypes, scratch: bool, aligned: bool) -> str:
+    ps = []
+    for b, v in enumerate(k.inputs):
+        ps.append(f"const {_storage(v.dtype)} *__restrict__ in{b}")
+    for i, od in enumerate(out_dtypes):
+        ps.append(f"{_storage(od)} *__restrict__ out{i}")
+    if scratch:
+        ps.append("char *__restrict__ scratch")
+    for i, ad in enumerate(k.args):
+        ps.append(f"const {'double' if _cd(ad).is_float else 'long long'} arg{i}_")
+    if aligned:
+        ps.append("const int ember_aligned")
+    return ", ".join(ps)
+
+
+def _arg_decls(k) -> list:
+    out = []
+    for i, ad in enumerate(k.args):
+        ad = _cd(ad)
+        if ad.is_float:
+            out.append(f"const {_C[ad]} arg{i} = ({_C[ad]})arg{i}_;")
+        elif ad.is_bool:
+            out.append(f"const uint8_t arg{i} = (uint8_t)(arg{i}_ != 0);")
+        else:
+            out.append(f"const {_C[ad]} arg{i} = ({_C[ad]})({_U[ad]})arg{i}_;")
+        out.append(f"(void)arg{i};")
+    return out
+
+
+def _decompose(src, I, pvar, sizes, strides, offs, nbufs, prefix="i", upto=None):
+    """Declare ``i{d}`` for flat position ``pvar`` over ``sizes`` and the per-buffer offsets
+    ``o{b}`` (``strides[b][d]``, constant offsets ``offs[b]``)."""
+    D = len(sizes) if upto is None else upto
+    if D:
+        src(f"{I} r_ = {pvar};")
+        for d in range(D - 1, -1, -1):
+            if d == 0:
+                src(f"const {I} {prefix}{d} = r_;")
+            else:
+                src(f"const {I} {prefix}{d} = r_ % {sizes[d]}; r_ /= {sizes[d]};")
+    for b in range(nbufs):
+        terms = [str(offs[b])] + [f"{prefix}{d} * ({I}){strides[b][d]}" for d in range(D)
+                                  if strides[b][d] != 0]
+        src(f"const {I} o{b} = {' + '.join(terms)}; (void)o{b};")
+
+
+def default_vec(kernel) -> int:
+    """The default vector width of an elementwise kernel: 16 bytes of its widest operand
+    (1 when nothing is contiguous)."""
+    widest = max([_SIZE[_storage(d)] for d in kernel.out_dtypes] +
+                 [_SIZE[_storage(v.dtype)] for v in kernel.inputs] + [1])
+    return max(1, 16 // widest)
+
+
+# -- elementwise ----------------------------------------------------------------------------
+def _render_elementwise(k: ir.Elementwise, gen: _Gen, I: str, opts: Options) -> tuple:
+    if len(k.exprs) != len(k.out_dtypes):
+        raise ValueError("render: Elementwise needs one out dtype per expression")
+    for e, od in zip(k.exprs, k.out_dtypes):
+        if _cd(e.dtype) is not _cd(od):
+            raise TypeError(f"render: an expression of dtype {e.dtype.short} cannot be "
+                            f"stored as {od.short} (compute dtypes differ; add a Cast)")
+    shape = [int(s) for s in k.shape]
+    for v in k.inputs:
+        if len(v.strides) != len(shape):
+            raise ValueError(f"render: view strides {v.strides} do not match the iteration "
+                             f"shape {tuple(shape)}")
+    N = _prod(shape)
+    nb = len(k.inputs)
+    used = _loads_of(k.exprs)
+    use_index = _uses_index(k.exprs)
+    strides = [[int(s) for s in v.strides] for v in k.inputs]
+    offs = [int(v.offset) for v in k.inputs]
+    sizes, cstrides, dims = _collapse(shape, strides + [_contig(shape)], merge=not use_index)
+    cstrides = cstrides[:nb]
+    if not sizes:
+        sizes, cstrides, dims = [1], [[0] for _ in range(nb)], [[]]
+    D = len(sizes)
+    last = D - 1
+    block = opts.block or 256
+    src = _Src()
+    n_out = len(k.exprs)
+    # the vector width: a power of two; N-d kernels need it to divide the last dim
+    vec = opts.vec or default_vec(k)
+    vec = max(1, min(_pow2ceil(vec), 16))
+    while vec > 1 and ((D > 1 and sizes[last] % vec) or N < 2 * vec):
+        vec //= 2
+    vin = []          # inputs read with vector loads
+    for b in range(nb):
+        if b in used and vec > 1 and cstrides[b][last] == 1 and offs[b] % vec == 0 and \
+                all(cstrides[b][d] % vec == 0 for d in range(last)):
+            vin.append(b)
+    aligned = [0] * (nb + n_out)
+    if vec > 1:
+        for b in vin:
+            aligned[b] = min(16, vec * _SIZE[_storage(k.inputs[b].dtype)])
+        for i, od in enumerate(k.out_dtypes):
+            aligned[nb + i] = min(16, vec * _SIZE[_storage(od)])
+    has_aligned = vec > 1
+
+    src.open(f'extern "C" __global__ void __launch_bounds__({block}) '
+             f'ember_kernel({_params(k, k.out_dtypes, False, has_aligned)})')
+    src(*_arg_decls(k))
+    if N == 0:
+        src.close()
+        return src.lines, "elementwise", (), vec, tuple(aligned), has_aligned, 0
+    src(f"const {I} N = {N}; (void)N;")
+    src(f"const {I} tid = ({I})blockIdx.x * {block} + threadIdx.x;")
+    src(f"const {I} nth = ({I})gridDim.x * {block};")
+
+    def index_of(lane):
+        def f(dim):
+            for cd, ds in enumerate(dims):
+                if dim in ds:
+                    if len(ds) != 1:
+                        raise AssertionError("render: Index of a merged dim")
+                    if cd == last and lane is not None:
+                        return f"(int64_t)(i{cd} + {lane})"
+                    return f"(int64_t)i{cd}"
+            if 0 <= dim < len(shape):
+                return "(int64_t)0"
+            raise ValueError(f"render: Index({dim}) in a {len(shape)}-d iteration space")
+        return f
+
+    def scalar_loop(start: str):
+        src.open(f"for ({I} i = {start}; i < N; i += nth)")
+        _decompose(src, I, "i", sizes, cstrides, offs, nb)
+        sc = _Scope(gen, k.inputs, lambda b: f"in{b}[o{b}]", index_of(None))
+        vals = [sc.value(e) for e in k.exprs]
+        src(*sc.lines)
+        for i, (e, od, val) in enumerate(zip(k.exprs, k.out_dtypes, vals)):
+            src(f"out{i}[i] = {_store_code(val, e.dtype, od)};")
+        src.close()
+
+    if vec > 1:
+        NG = N // vec
+        src.open("if (ember_aligned)")
+        src(f"const {I} NG = {NG};")
+        src.open(f"for ({I} g = tid; g < NG; g += nth)")
+        src(f"const {I} e0 = g * {vec};")
+        _decompose(src, I, "e0", sizes, cstrides, offs, nb)
+        for b in vin:
+            un = gen.vec_union(_storage(k.inputs[b].dtype), vec)
+            acc, n = _vec_access(_SIZE[_storage(k.inputs[b].dtype)] * vec)
+            src(f"{un} v{b};")
+            src(f"const {acc} *p{b} = reinterpret_cast<const {acc} *>(in{b} + o{b});")
+            for q in range(n):
+                src(f"v{b}.q[{q}] = p{b}[{q}];")
+        runs = []
+        for i, od in enumerate(k.out_dtypes):
+            un = gen.vec_union(_storage(od), vec)
+            src(f"{un} r{i};")
+            runs.append(un)
+        src("#pragma unroll")
+        src.open(f"for (int j = 0; j < {vec}; j++)")
+
+        def vload(b):
+            if b in vin:
+                return f"v{b}.e[j]"
+            s = cstrides[b][last]
+            return f"in{b}[o{b}]" if s == 0 else f"in{b}[o{b} + j * ({I}){s}]"
+        sc = _Scope(gen, k.inputs, vload, index_of("j"))
+        vals = [sc.value(e) for e in k.exprs]
+        src(*sc.lines)
+        for i, (e, od, val) in enumerate(zip(k.exprs, k.out_dtypes, vals)):
+            src(f"r{i}.e[j] = {_store_code(val, e.dtype, od)};")
+        src.close()
+        for i, od in enumerate(k.out_dtypes):
+            acc, n = _vec_access(_SIZE[_storage(od)] * vec)
+            src(f"{acc} *w{i} = reinterpret_cast<{acc} *>(out{i} + e0);")
+            for q in range(n):
+                src(f"w{i}[{q}] = r{i}.q[{q}];")
+        src.close()
+        if N % vec:
+            scalar_loop(f"NG * {vec} + tid")
+        src.close()
+        src.open("else")
+        scalar_loop("tid")
+        src.close()
+        items = NG
+    else:
+        scalar_loop("tid")
+        items = N
+    src.close()
+    launch = Launch("ember_kernel", block, items, block)
+    return src.lines, "elementwise", (launch,), vec, tuple(aligned), has_aligned, N
+
+
+# -- reductions -----------------------------------------------------------------------------
+def _acc_ops(op: str, d: dt.DType):
+    """(accumulator C type, identity literal, combine(a, b) -> code) in compute dtype d."""
+    if d.is_bool:
+        if op == "max":
+            return "uint8_t", "((uint8_t)0)", lambda a, b: f"((uint8_t)({a} | {b}))"
+        if op == "min":
+            return "uint8_t", "((uint8_t)1)", lambda a, b: f"((uint8_t)({a} & {b}))"
+        raise TypeError(f"render: reduce {op} of a bool prologue; cast it first")
+    if op in ("sum", "prod") and d.is_int:
+        u, w = _U[d], _W[d]
+        sym = "+" if op == "sum" else "*"
+        return (u, f"(({u}){0 if op == 'sum' else 1})",
+                lambda a, b: f"(({u})(({w}){a} {sym} ({w}){b}))")
+    if op == "sum":
+        return _C[d], _float_lit(-0.0, d), lambda a, b: _binary_code("add", a, b, d)
+    if op == "prod":
+        return _C[d], _float_lit(1.0, d), lambda a, b: _binary_code("mul", a, b, d)
+    if op == "max":
+        return _C[d], _minmax_lit(d, "min"), lambda a, b: _binary_code("max", a, b, d)
+    if op == "min":
+        return _C[d], _minmax_lit(d, "max"), lambda a, b: _binary_code("min", a, b, d)
+    raise ValueError(f"render: unknown reduce op {op!r}; valid: {sorted(ir.REDUCE_OPS)}")
+
+
+def _render_reduce(k: ir.Reduce, gen: _Gen, I: str, opts: Options) -> tuple:
+    shape = [int(s) for s in k.shape]
+    nd = len(shape)
+    a = k.axis
+    if not 0 <= a < nd:
+        raise ValueError(f"render: reduce axis {a} out of range for shape {tuple(shape)}")
+    for v in k.inputs:
+        if len(v.strides) != nd:
+            raise ValueError(f"render: view strides {v.strides} do not match the iteration "
+                             f"shape {tuple(shape)}")
+    if _cd(k.epilogue.dtype) is not _cd(k.out_dtype):
+        raise TypeError(f"render: an epilogue of dtype {k.epilogue.dtype.short} cannot be "
+                        f"stored as {k.out_dtype.short} (compute dtypes differ; add a Cast)")
+    AD = _cd(k.prologue.dtype)
+    ACC, ident, comb = _acc_ops(k.op, AD)
+    ACCV = _C[AD]
+    bc = bool(getattr(k, "broadcast", False))
+    R = shape[a]
+    nb = len(k.inputs)
+    use_index = _uses_index([k.prologue, k.epilogue])
+    pro_loads = _loads_of([k.prologue])
+    kept = [d for d in range(nd) if d != a]
+    kshape = [shape[d] for d in kept]
+    P = _prod(kshape)
+    strides = [[int(s) for s in v.strides] for v in k.inputs]
+    sa = [s[a] for s in strides]
+    offs = [int(v.offset) for v in k.inputs]
+    ks = [[s[d] for d in kept] for s in strides]
+    full_cs = _contig(shape)
+    out_ks = [full_cs[d] for d in kept] if bc else _contig(kshape)
+    OSA = full_cs[a] if bc else 0
+    sizes, cstrides, dims = _collapse(kshape, ks + [out_ks], merge=not use_index)
+    D = len(sizes)
+    cdims = [[kept[i] for i in ds] for ds in dims]
+    in_cs = cstrides[:nb]
+    out_cs = cstrides[nb]
+    nbo = nb + 1                       # buffers the offsets track: inputs, then the output
+    allcs = in_cs + [out_cs]
+    alloffs = offs + [0]
+
+    # layout
+    col = False
+    if D and R > 1 and P > 1 and sizes[-1] >= 4:
+        row_score = sum(1 for b in pro_loads if abs(sa[b]) == 1)
+        col_score = sum(1 for b in pro_loads if abs(in_cs[b][-1]) == 1)
+        col = col_score > row_score
+    if col:
+        BX = 32
+        by = opts.by or 8
+        by = max(1, min(_pow2ceil(by), 32))
+        while by > 1 and by > R:
+            by //= 2
+        block = BX * by
+        seg = SERIAL * by
+        NV = sizes[-1]
+        PO = P // NV
+        NVT = (NV + BX - 1) // BX
+    else:
+        if opts.tpr:
+            tpr = max(1, min(_pow2ceil(opts.tpr), MAX_BLOCK))
+        elif R <= 32:
+            tpr = _pow2ceil(max(R, 1))
+        elif R <= 1024:
+            tpr = 32
+        else:
+            tpr = 256
+        block = max(opts.block or 256, tpr, 32)
+        block = min(_pow2ceil(block), MAX_BLOCK)
+        seg = SERIAL * tpr
+    nseg = (R + seg - 1) // seg if R > seg else 1
+    split = nseg > 1
+    # a direct broadcast kernel keeps the loads its epilogue repeats in registers when each
+    # thread sees few terms: the sweep then reads no input twice
+    cache_bufs = sorted(b for b in pro_loads & _loads_of([k.epilogue]) if sa[b]) \
+        if bc else []
+    C = -(-R // (by if col else tpr)) if R else 0
+    cached = bool(cache_bufs) and not split and 0 < C <= CACHE
+    mode = ("column" if col else "row") + ("+split" if split else "")
+    src = _Src()
+
+    def header(name, blk):
+        src.open(f'extern "C" __global__ void __launch_bounds__({blk}) '
+                 f'{name}({_params(k, (k.out_dtype,), split, False)})')
+        src(*_arg_decls(k))
+
+    if P == 0 or (bc and R == 0):
+        header("ember_kernel", 32)
+        src.close()
+        return src.lines, mode, (), 0, False, 0
+
+    def idx_fn(kexpr, in_epi):
+        def f(dim):
+            if not 0 <= dim < nd:
+                raise ValueError(f"render: Index({dim}) in a {nd}-d iteration space")
+            if dim == a:
+                return "(int64_t)0" if in_epi and not bc else f"(int64_t)({kexpr})"
+            for cd, ds in enumerate(cdims):
+                if dim in ds:
+                    if len(ds) != 1:
+                        raise AssertionError("render: Index of a merged dim")
+                    return f"(int64_t)i{cd}"
+            return "(int64_t)0"
+        return f
+
+    def cached_load(kexpr):
+        def load(b):
+            if cached and b in cache_bufs:
+                return f"cv{b}[c]"
+            return f"in{b}[o{b} + ({kexpr}) * ({I}){sa[b]}]" if sa[b] else f"in{b}[o{b}]"
+        return load
+
+    def pro_value(kexpr):
+        sc = _Scope(gen, k.inputs, cached_load(kexpr), idx_fn(kexpr, False))
+        val = sc.value(k.prologue)
+        return sc.lines, val
+
+    def epi_lines(accv, kexpr=None):
+        """(lines, value) of the epilogue at the kept position (``kexpr``: at k, bc)."""
+        load = (lambda b: f"in{b}[o{b}]") if kexpr is None else cached_load(kexpr)
+        sc = _Scope(gen, k.inputs, load, idx_fn(kexpr if kexpr is not None else "0",
+                                                 kexpr is None), acc=accv, acc_dtype=AD)
+        val = sc.value(k.epilogue)
+        return sc.lines, _store_code(val, k.epilogue.dtype, k.out_dtype)
+
+    def accumulate(kb, ke, step_from, step):
+        """acc over k in [kb, ke): k = kb + step_from, += step. With ``cached`` (a direct
+        broadcast kernel whose threads see at most `CACHE` terms each) the loop is unrolled
+        and the loads the epilogue repeats stay in registers for the sweep."""
+        if cached:
+            for b in cache_bufs:
+                src(f"{_storage(k.inputs[b].dtype)} cv{b}[{C}];")
+        src(f"{ACC} acc = {ident};")
+        src.open("if (live)")
+        if cached:
+            src("#pragma unroll")
+            src.open(f"for (int c = 0; c < {C}; c++)")
+            src(f"const {I} k = {step_from} + ({I})c * {step};")
+            src.open(f"if (k < {R})")
+            for b in cache_bufs:
+                src(f"cv{b}[c] = in{b}[o{b} + k * ({I}){sa[b]}];")
+        else:
+            src.open(f"for ({I} k = ({kb}) + {step_from}; k < ({ke}); k += {step})")
+        lines, val = pro_value("k")
+        src(*lines)
+        src(f"acc = {comb('acc', val)};")
+        src.close()
+        if cached:
+            src.close()
+        src.close()
+
+    def sweep(kb, ke, step_from, step):
+        if cached:
+            src("#pragma unroll")
+            src.open(f"for (int c = 0; c < {C}; c++)")
+            src(f"const {I} k = {step_from} + ({I})c * {step};")
+            src.open(f"if (k < {R})")
+        else:
+            src.open(f"for ({I} k = ({kb}) + {step_from}; k < ({ke}); k += {step})")
+        lines, val = epi_lines("accv", "k")
+        src(*lines)
+        src(f"out0[o{nb} + k * ({I}){OSA}] = {val};")
+        src.close()
+        if cached:
+            src.close()
+
+    def group_reduce_row(tpr, blk):
+        """Combine ``acc`` over the ``tpr`` threads of a row group; every thread of the group
+        ends with the group's value (lane 0's)."""
+        if tpr == 1:
+            return
+        w = min(tpr, 32)
+        src("#pragma unroll")
+        src.open(f"for (int s_ = {w // 2}; s_ > 0; s_ >>= 1)")
+        src(f"const {ACC} o_ = ember_shfl_down(acc, s_, {w});")
+        src(f"acc = {comb('acc', 'o_')};")
+        src.close()
+        if tpr <= 32:
+            src(f"acc = ember_shfl_idx(acc, 0, {w});")
+            return
+        nw = tpr // 32
+        src("const int wib_ = threadIdx.x >> 5, lw_ = threadIdx.x & 31;")
+        src("if (lw_ == 0) sm_[wib_] = acc;")
+        src("__syncthreads();")
+        src.open(f"if ((threadIdx.x % {tpr}) < 32)")
+        src(f"{ACC} v_ = lw_ < {nw} ? sm_[(threadIdx.x / {tpr}) * {nw} + lw_] : {ident};")
+        src("#pragma unroll")
+        src.open("for (int s_ = 16; s_ > 0; s_ >>= 1)")
+        src(f"const {ACC} o_ = ember_shfl_down(v_, s_, 32);")
+        src(f"v_ = {comb('v_', 'o_')};")
+        src.close()
+        src(f"if (lw_ == 0) sm_[{blk // 32} + threadIdx.x / {tpr}] = v_;")
+        src.close()
+        src("__syncthreads();")
+        src(f"acc = sm_[{blk // 32} + threadIdx.x / {tpr}];")
+        src("__syncthreads();")
+
+    def row_kernel(name, phase, tpr, blk, RR, segsz, ns, part_src=False):
+        """A row-layout kernel. ``phase``: ``direct`` (reduce, then store the epilogue or
+        sweep), ``part`` (reduce a segment into scratch), ``comb`` (combine segments from
+        scratch, then as direct; the reduced value is stored for a split sweep), ``sweep``
+        (the broadcast epilogue of a segment, the reduced value from scratch)."""
+        rpb = blk // tpr
+        items = P * ns
+        header(name, blk)
+        if phase in ("part", "comb", "sweep") or split:
+            src(f"{ACC} *part_ = reinterpret_cast<{ACC} *>(scratch); (void)part_;")
+            src(f"{ACC} *accs_ = part_ + {P * nseg}; (void)accs_;")
+        if tpr > 32:
+            src(f"__shared__ {ACC} sm_[{blk // 32 + blk // tpr}];")
+        src(f"const int lane = threadIdx.x % {tpr};")
+        src.open(f"for ({I} it0 = ({I})blockIdx.x * {rpb}; it0 < {items}; "
+                 f"it0 += ({I})gridDim.x * {rpb})")
+        src(f"const {I} it = it0 + threadIdx.x / {tpr};")
+        src(f"const bool live = it < {items};")
+        if ns > 1:
+            src(f"const {I} p = live ? it / {ns} : 0, sg = it % {ns};")
+            src(f"const {I} kb = sg * {segsz};")
+            src(f"const {I} ke = kb + {segsz} < {RR} ? kb + {segsz} : {RR};")
+        else:
+            src(f"const {I} p = live ? it : 0;")
+            src(f"const {I} kb = 0, ke = {RR};")
+        src("(void)kb; (void)ke;")
+        _decompose(src, I, "p", sizes, allcs, alloffs, nbo)
+        if phase == "sweep":
+            src.open("if (live)")
+            src(f"const {ACCV} accv = ({ACCV})accs_[p];")
+            sweep("kb", "ke", "lane", tpr)
+            src.close()
+            src.close()
+            src.close()
+            return Launch(name, blk, items, rpb)
+        if part_src:
+            src(f"{ACC} acc = {ident};")
+            src.open("if (live)")
+            src.open(f"for ({I} k = lane; k < {RR}; k += {tpr})")
+            src(f"acc = {comb('acc', f'part_[p * {nseg} + k]')};")
+            src.close()
+            src.close()
+        else:
+            accumulate("kb", "ke", "lane", tpr)
+        group_reduce_row(tpr, blk)
+        src.open("if (live)")
+        if phase == "part":
+            src("if (lane == 0) part_[it] = acc;")
+        elif bc and phase == "comb":
+            src("if (lane == 0) accs_[p] = acc;")
+        elif bc:
+            src(f"const {ACCV} accv = ({ACCV})acc;")
+            sweep("0", str(R), "lane", tpr)
+        else:
+            src.open("if (lane == 0)")
+            src(f"const {ACCV} accv = ({ACCV})acc;")
+            lines, val = epi_lines("accv")
+            src(*lines)
+            src(f"out0[p] = {val};")
+            src.close()
+        src.close()
+        src.close()
+        src.close()
+        return Launch(name, blk, items, rpb)
+
+    # a column layout whose output is contiguous along the reduced axis (layer norm after
+    # swap_dims): the broadcast sweep goes through a shared-memory tile, computed with
+    # threads along the outputs (coalesced reads) and written with threads along the axis
+    # (coalesced writes)
+    transpose = col and bc and OSA == 1 and out_cs[-1] != 1
+
+    def sweep_t(kb, ke):
+        src(f"if (ty == 0) obase_[tx] = o{nb};")
+        if cached:          # unrolled: the cached values' indices are constants
+            src("#pragma unroll")
+            src.open(f"for (int kc = 0; kc < {R}; kc += {BX})")
+            src("#pragma unroll")
+            src.open(f"for (int m_ = 0; m_ < {BX // by}; m_++)")
+            src(f"const int kk = ty + m_ * {by}, c = kc / {by} + m_;")
+        else:
+            src.open(f"for ({I} kc = {kb}; kc < ({ke}); kc += {BX})")
+            src.open(f"for (int kk = ty; kk < {BX}; kk += {by})")
+        src(f"const {I} k = kc + kk;")
+        src.open(f"if (live && k < ({ke}))")
+        lines, val = epi_lines("accv", "k")
+        src(*lines)
+        src(f"tile_[kk][tx] = {val};")
+        src.close()
+        src.close()
+        src("__syncthreads();")
+        src.open(f"for (int jj = ty; jj < {BX}; jj += {by})")
+        src(f"if (j0 + jj < {NV} && kc + tx < ({ke})) "
+            f"out0[obase_[jj] + (kc + tx) * ({I}){OSA}] = tile_[tx][jj];")
+        src.close()
+        src("__syncthreads();")
+        src.close()
+
+    def col_kernel(name, phase):
+        """A column-layout kernel: 32 outputs per block, ``by`` threads per output."""
+        items = PO * NVT * nseg
+        header(name, block)
+        if split:
+            src(f"{ACC} *part_ = reinterpret_cast<{ACC} *>(scratch); (void)part_;")
+            src(f"{ACC} *accs_ = part_ + {P * nseg}; (void)accs_;")
+        src(f"const int tx = threadIdx.x % {BX}, ty = threadIdx.x / {BX};")
+        if by > 1 and phase != "sweep":
+            src(f"__shared__ {ACC} sm_[{by}][{BX + 1}];")
+        if transpose and phase in ("direct", "sweep"):
+            src(f"__shared__ {_storage(k.out_dtype)} tile_[{BX}][{BX + 1}];")
+            src(f"__shared__ {I} obase_[{BX}];")
+        src.open(f"for ({I} it = blockIdx.x; it < {items}; it += gridDim.x)")
+        if nseg > 1:
+            src(f"const {I} sg = it % {nseg}, t_ = it / {nseg};")
+            src(f"const {I} kb = sg * {seg};")
+            src(f"const {I} ke = kb + {seg} < {R} ? kb + {seg} : {R};")
+        else:
+            src(f"const {I} t_ = it, kb = 0, ke = {R};")
+        src("(void)kb; (void)ke;")
+        src(f"const {I} po = t_ / {NVT}, j0 = (t_ % {NVT}) * {BX}, j = j0 + tx; (void)j0;")
+        src(f"const bool live = j < {NV};")
+        src(f"const {I} p = live ? po * {NV} + j : 0;")
+        _decompose(src, I, "p", sizes, allcs, alloffs, nbo)
+        if phase == "sweep":
+            if transpose:
+                src(f"const {ACCV} accv = ({ACCV})accs_[p];")
+                sweep_t("kb", "ke")
+            else:
+                src.open("if (live)")
+                src(f"const {ACCV} accv = ({ACCV})accs_[p];")
+                sweep("kb", "ke", "ty", by)
+                src.close()
+            src.close()
+            src.close()
+            return Launch(name, block, items, 1)
+        accumulate("kb", "ke", "ty", by)
+        if by > 1:
+            src("sm_[ty][tx] = acc;")
+            src("__syncthreads();")
+            s = by // 2
+            while s >= 1:
+                src(f"if (ty < {s}) sm_[ty][tx] = {comb('sm_[ty][tx]', f'sm_[ty + {s}][tx]')};")
+                src("__syncthreads();")
+                s //= 2
+            src("acc = sm_[0][tx];")
+            src("__syncthreads();")
+        if bc and phase == "direct" and transpose:
+            src(f"const {ACCV} accv = ({ACCV})acc;")
+            sweep_t("0", str(R))
+            src.close()
+            src.close()
+            return Launch(name, block, items, 1)
+        src.open("if (live)")
+        if phase == "part":
+            src(f"if (ty == 0) part_[p * {nseg} + sg] = acc;")
+        elif bc:
+            src(f"const {ACCV} accv = ({ACCV})acc;")
+            sweep("0", str(R), "ty", by)
+        else:
+            src.open("if (ty == 0)")
+            src(f"const {ACCV} accv = ({ACCV})acc;")
+            lines, val = epi_lines("accv")
+            src(*lines)
+            src(f"out0[p] = {val};")
+            src.close()
+        src.close()
+        src.close()
+        src.close()
+        return Launch(name, block, items, 1)
+
+    launches = []
+    if not split:
+        if col:
+            launches.append(col_kernel("ember_kernel", "direct"))
+        else:
+            launches.append(row_kernel("ember_kernel", "direct", tpr, block, R, R, 1))
+        scratch = 0
+    else:
+        if col:
+            launches.append(col_kernel("ember_part", "part"))
+        else:
+            launches.append(row_kernel("ember_part", "part", tpr, block, R, seg, nseg))
+        # combine the segments of each output, in order
+        ctpr = _pow2ceil(nseg) if nseg <= 32 else (32 if nseg <= 1024 else 256)
+        cblk = max(ctpr, 128)
+        launches.append(row_kernel("ember_comb", "comb", ctpr, cblk, nseg, nseg, 1,
+                                   part_src=True))
+        if bc:
+            if col:
+                launches.append(col_kernel("ember_sweep", "sweep"))
+            else:
+                launches.append(row_kernel("ember_sweep", "sweep", tpr, block, R, seg, nseg))
+        scratch = _SIZE[ACC] * (P * nseg + (P if bc else 0))
+    work = P * R * (2 if bc else 1)
+    return src.lines, mode, tuple(launches), scratch, split, work
+
+
+def render(kernel, options: Options = Options()) -> Rendered:
+    """The CUDA C source of ``kernel`` (`ir.Elementwise` or `ir.Reduce`)."""
+    if not isinstance(kernel, (ir.Elementwise, ir.Reduce)):
+        raise TypeError(f"render: not a kernel: {type(kernel).__name__}")
+    idx32 = bool(options.idx32) and fits_idx32(kernel)
+    I = "int32_t" if idx32 else "int64_t"
+    gen = _Gen(len(kernel.args))
+    pre = [_PRE.strip("\n")]
+    if isinstance(kernel, ir.Elementwise):
+        body, mode, launches, vec, aligned, has_aligned, work = \
+            _render_elementwise(kernel, gen, I, options)
+        scratch, has_scratch = 0, False
+    else:
+        body, mode, launches, scratch, has_scratch, work = \
+            _render_reduce(kernel, gen, I, options)
+        vec, aligned, has_aligned = 1, (0,) * (len(kernel.inputs) + 1), False
+        pre += [_shfl_helpers(t) for t in _SHFL_TYPES]
+    pre += list(gen.helpers.values())
+    return Rendered(source="\n".join(pre + body) + "\n", mode=mode, launches=launches,
+                    scratch=scratch, vec=vec, aligned=aligned, has_aligned=has_aligned,
+                    has_scratch=has_scratch, idx32=idx32, work=work)

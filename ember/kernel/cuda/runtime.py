@@ -1,0 +1,542 @@
+"""The CUDA kernel runtime: kernels rendered to CUDA C, compiled by NVRTC, launched on CuPy
+arrays.
+
+::
+
+    rt = CudaKernelRuntime()
+    if rt.available():
+        prog = rt.compile(kernel)              # memory and disk cached
+        (out,) = rt.launch(prog, [a, b], [0.5])  # CuPy in, new contiguous CuPy out
+    else:
+        print(rt.why_unavailable())            # no CuPy, no device, no NVRTC ...
+
+The same interface as `ember.kernel.c.runtime.CpuKernelRuntime`. Inputs are CuPy arrays on
+the current device, one per `BufferView`; a view's strides and offset index the array's
+memory from its data pointer, whatever the array's own strides, and every element a view
+reaches must lie within the array's memory (checked). Outputs are new contiguous arrays
+(`launch`) or given (`launch_into`: C-contiguous, of the output shapes and dtypes; an
+elementwise kernel's output may be an input read at the same positions). bf16 arrays may be
+CuPy arrays of ml_dtypes' bfloat16 or their uint16 storage.
+
+Launches go on CuPy's current stream and never synchronize; the one exception is the first
+launch of a kernel key big enough to autotune (`ember.kernel.cuda.tune`), which times its
+candidates with CUDA events. Programs keep one loaded module per device.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+import threading
+
+import numpy as np
+
+from ...errors import BackendUnavailableError, DeviceError, DTypeError, ShapeError
+from .. import ir
+from ..autotune import shape_bucket, structure_hash
+from .compiler import default_arch, get_compiler
+from .device import cupy_or_reason, cuda_runtime_major, device_info
+from .render import Options, render
+from .tune import DEFAULT, CudaVariant, get_tuner, min_work
+
+__all__ = ["CudaKernelRuntime", "CudaProgram", "default_runtime"]
+
+WAVES = 8     # grid cap: this many waves of fully occupied multiprocessors
+_pack_into = struct.pack_into
+
+
+def _ranges(kernel) -> list:
+    """Per input: ``(lo, hi)`` element offsets its view reads, or None if it reads none."""
+    from .render import _loads_of
+    shape = [int(s) for s in kernel.shape]
+    if isinstance(kernel, ir.Elementwise):
+        spaces = [(_loads_of(kernel.exprs), shape)]
+    else:
+        eshape = list(shape)
+        if not kernel.broadcast:
+            eshape[kernel.axis] = 1
+        kept_empty = any(n == 0 for i, n in enumerate(shape) if i != kernel.axis)
+        spaces = [(_loads_of([kernel.prologue]), shape),
+                  (_loads_of([kernel.epilogue]), [0] if kept_empty else eshape)]
+    out = []
+    for b, v in enumerate(kernel.inputs):
+        lo = hi = None
+        for used, sh in spaces:
+            if b not in used or any(n == 0 for n in sh):
+                continue
+            lo_ = hi_ = int(v.offset)
+            for s, n in zip(v.strides, sh):
+                ext = int(s) * (n - 1)
+                if ext < 0:
+                    lo_ += ext
+                else:
+                    hi_ += ext
+            lo = lo_ if lo is None else min(lo, lo_)
+            hi = hi_ if hi is None else max(hi, hi_)
+        out.append(None if lo is None else (lo, hi))
+    return out
+
+
+class _Built:
+    """One compiled variant of a program on one device: the functions to launch."""
+    __slots__ = ("rendered", "calls", "aligned", "scratch", "module", "has_scratch",
+                 "has_aligned", "n_params", "fmt")
+
+
+class CudaProgram:
+    """A kernel compiled for CUDA with what launching it needs; ``variant`` is the variant
+    in use (the default until the autotuner picks one)."""
+
+    __slots__ = ("kernel", "source", "key", "mode", "rendered", "n_in", "n_out", "out_shapes",
+                 "out_dtypes", "in_np", "ranges", "arg_float", "numel", "work", "variant",
+                 "tuned", "tune_key", "_built", "_lock", "_fast", "out_alloc", "_seen",
+                 "__weakref__")
+
+    def __repr__(self):
+        return (f"CudaProgram({type(self.kernel).__name__} {tuple(self.kernel.shape)}, "
+                f"mode={self.mode}, key={self.key[:12]})")
+
+
+def _bf16_np():
+    import ml_dtypes
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+class CudaKernelRuntime:
+    """Compiles kernels with NVRTC and runs them on CuPy arrays."""
+
+    name = "cuda"
+    #: runs `ir.Reduce` kernels with ``broadcast=True`` itself (reduce, then sweep the row)
+    features = frozenset({"broadcast_reduce"})
+
+    def __init__(self, cache_root=None, autotune: bool | None = None, arch: int | None = None):
+        self.cache_root = cache_root
+        self._cp, why = cupy_or_reason()
+        self._why = why
+        self._compiler = get_compiler(cache_root, prefer_major=cuda_runtime_major())
+        self.tuner = get_tuner(cache_root)
+        self.autotune = self.tuner.enabled if autotune is None else bool(autotune)
+        self._arch = arch
+        self._programs: dict = {}
+        self._by_id: dict = {}
+        self._lock = threading.RLock()
+        self.launches = 0
+        self._bf16 = None
+        self._bf16_alloc = None
+        self._tls = threading.local()
+        self._direct = None            # cupy's cuLaunchKernel binding, when it has one
+        self._stream_ptr = None
+        if self._cp is not None and os.environ.get("EMBER_CUDA_DIRECT_LAUNCH", "1") != "0":
+            try:
+                from cupy_backends.cuda.api import driver
+                self._direct = driver.launchKernel
+                st = self._cp.cuda.stream
+                self._stream_ptr = getattr(st, "get_current_stream_ptr", None) or \
+                    (lambda: st.get_current_stream().ptr)
+            except Exception:
+                self._direct = None
+
+    # -- availability ---------------------------------------------------------------------
+    @property
+    def compiler(self):
+        return self._compiler
+
+    def available(self) -> bool:
+        return self._cp is not None and self._compiler.available
+
+    def why_unavailable(self) -> str:
+        """Why kernels cannot run here ("" when they can)."""
+        if self._cp is None:
+            return self._why
+        if not self._compiler.available:
+            return self._compiler.reason
+        return ""
+
+    def warning_text(self) -> str:
+        if self.available():
+            return ""
+        return (f"ember: generated CUDA kernels are disabled ({self.why_unavailable()}); "
+                f"fused ops run unfused, with identical results.")
+
+    # -- compiling --------------------------------------------------------------------------
+    def _device(self) -> int:
+        return self._cp.cuda.runtime.getDevice()
+
+    def arch(self, device: int | None = None) -> int:
+        if self._arch:
+            return int(self._arch)
+        if self._cp is None:
+            return default_arch()
+        return device_info(self._device() if device is None else device).arch
+
+    def compile(self, kernel, variant: CudaVariant | None = None) -> CudaProgram:
+        """The program of ``kernel`` (rendered, compiled or found in the caches, loaded on
+        the current device)."""
+        if not self.available():
+            raise BackendUnavailableError(f"CUDA kernels are unavailable: "
+                                          f"{self.why_unavailable()}")
+        explicit = variant is not None
+        if not explicit:
+            hit = self._by_id.get(id(kernel))
+            if hit is not None and hit[0] is kernel:
+                return hit[1]
+        variant = variant or DEFAULT
+        rd = render(kernel, self._options(variant))
+        arch = self.arch()
+        key = self._compiler.key(rd.source, arch)
+        # the source names storage types only (f16 and bf16 are both uint16_t): the dtypes
+        # the launch checks are part of the program's identity
+        sig = (tuple(v.dtype.name for v in kernel.inputs),
+               tuple(d.name for d in (kernel.out_dtypes if isinstance(kernel, ir.Elementwise)
+                                      else (kernel.out_dtype,))))
+        pkey = (key, sig, variant) if explicit else (key, sig)
+        prog = self._programs.get(pkey)
+        if prog is None:
+            prog = self._new_program(kernel, rd, key, pkey, variant, explicit)
+        if not explicit:
+            if len(self._by_id) > 4096:
+                self._by_id.clear()
+            self._by_id[id(kernel)] = (kernel, prog)
+        return prog
+
+    @staticmethod
+    def _options(v: CudaVariant) -> Options:
+        return Options(block=v.block, vec=v.vec, idx32=not v.idx64, tpr=v.tpr, by=v.by)
+
+    def _new_program(self, kernel, rd, key, pkey, variant, explicit) -> CudaProgram:
+        with self._lock:
+            prog = self._programs.get(pkey)
+            if prog is not None:
+                return prog
+            p = CudaProgram()
+            p.kernel = kernel
+            p.source = rd.source
+            p.key = key
+            p.mode = rd.mode
+            p.rendered = rd
+            p.n_in = len(kernel.inputs)
+            p.in_np = tuple(v.dtype.np for v in kernel.inputs)
+            if isinstance(kernel, ir.Elementwise):
+                shape = tuple(int(s) for s in kernel.shape)
+                p.out_shapes = tuple(shape for _ in kernel.exprs)
+                p.out_dtypes = tuple(d.np for d in kernel.out_dtypes)
+            else:
+                shape = [int(s) for s in kernel.shape]
+                if not kernel.broadcast:
+                    shape[kernel.axis] = 1
+                p.out_shapes = (tuple(shape),)
+                p.out_dtypes = (kernel.out_dtype.np,)
+            p.n_out = len(p.out_shapes)
+            p.out_alloc = tuple((s, self._alloc_dtype(d)) for s, d in zip(p.out_shapes,
+                                                                        p.out_dtypes))
+            p.numel = int(np.prod(p.out_shapes[0], dtype=np.int64)) if p.out_shapes[0] else 1
+            p.work = rd.work
+            p.ranges = _ranges(kernel)
+            p.arg_float = tuple(ir.compute_dtype(d).is_float for d in kernel.args)
+            p.variant = variant
+            p.tuned = explicit or not self.autotune
+            p.tune_key = None
+            p._built = {}
+            p._fast = None
+            p._seen = {}
+            p._lock = threading.Lock()
+            self._build(p, variant, rd)       # compile (and load) now: errors surface here
+            self._programs[pkey] = p
+            return p
+
+    def _build(self, p: CudaProgram, v: CudaVariant, rd=None) -> _Built:
+        dev = self._device()
+        bkey = (dev, v.compile_options)
+        b = p._built.get(bkey)
+        if b is not None:
+            return b
+        rd = rd if rd is not None else render(p.kernel, self._options(v))
+        arch = self.arch(dev)
+        comp = self._compiler.build(rd.source, arch)
+        mod = self._load(comp.binary)
+        if mod is None:                 # a damaged cache entry: compile once more
+            self._compiler.forget(rd.source, arch)
+            comp = self._compiler.build(rd.source, arch)
+            mod = self._load(comp.binary, strict=True)
+        info = device_info(dev)
+        calls = []
+        for ln in rd.launches:
+            fn = mod.get_function(ln.name)
+            cap = max(1, info.sms * max(1, info.threads_per_sm // ln.block) * WAVES)
+            per = ln.per_block
+            if ln.name == "ember_kernel" and isinstance(p.kernel, ir.Elementwise) and v.ept:
+                per = ln.block * v.ept
+                cap = 1 << 30
+            grid = max(1, min(-(-ln.items // per), cap, (1 << 31) - 1))
+            calls.append((fn, int(fn.ptr), (grid,), (ln.block,)))
+        b = _Built()
+        b.rendered = rd
+        b.calls = tuple(calls)
+        b.aligned = tuple((i, al) for i, al in enumerate(rd.aligned) if al)
+        b.scratch = rd.scratch
+        b.has_scratch = rd.has_scratch
+        b.has_aligned = rd.has_aligned
+        b.n_params = (len(p.kernel.inputs) + p.n_out + int(rd.has_scratch)
+                      + len(p.kernel.args) + int(rd.has_aligned))
+        b.fmt = "=" + "Q" * (len(p.kernel.inputs) + p.n_out + int(rd.has_scratch)) + \
+            "".join("d" if f else "q" for f in p.arg_float) + ("q" if rd.has_aligned else "")
+        b.module = mod
+        p._built[bkey] = b
+        return b
+
+    def _load(self, binary: bytes, strict: bool = False):
+        cp = self._cp
+        mod = cp.cuda.function.Module()
+        try:
+            mod.load(binary)
+        except Exception:
+            if strict:
+                raise
+            return None
+        return mod
+
+    # -- launching --------------------------------------------------------------------------
+    def _check_inputs(self, prog: CudaProgram, inputs, dev: int):
+        """Types, dtypes, device, and that each view stays within its array's memory. A
+        layout (shape, strides, dtype) seen before at an input passes on a dict lookup."""
+        if len(inputs) != prog.n_in:
+            raise ShapeError(f"launch: the kernel has {prog.n_in} input views, got "
+                             f"{len(inputs)} arrays")
+        nd = self._cp.ndarray
+        seen = prog._seen
+        for b, a in enumerate(inputs):
+            if type(a) is not nd and not isinstance(a, nd):
+                raise TypeError(f"launch: input {b} is a {type(a).__name__}, not a CuPy array")
+            if a.data.device_id != dev:
+                raise DeviceError(f"launch: input {b} is on cuda:{a.data.device_id}, the "
+                                  f"current device is cuda:{dev}")
+            key = (b, a.shape, a.strides, a.dtype)
+            if key in seen:
+                continue
+            self._check_layout(prog, b, a)
+            if len(seen) > 256:
+                seen.clear()
+            seen[key] = True
+
+    def _check_layout(self, prog: CudaProgram, b: int, a):
+        want, rng = prog.in_np[b], prog.ranges[b]
+        if a.dtype != want and not (a.dtype == np.uint16 and want == self._bf16_dtype()):
+            raise DTypeError(f"launch: input {b} has dtype {a.dtype}, the kernel's view "
+                             f"is {want}")
+        if rng is None:
+            return
+        lo, hi = rng
+        item = a.itemsize
+        alo = sum((s // item) * (n - 1) for s, n in zip(a.strides, a.shape) if s < 0)
+        ahi = sum((s // item) * (n - 1) for s, n in zip(a.strides, a.shape) if s > 0)
+        if a.size == 0 or lo < alo or hi > ahi:
+            raise ShapeError(f"launch: input {b}'s view reads elements {lo}..{hi} of an "
+                             f"array whose memory holds elements {alo}..{ahi}")
+
+    def _bf16_dtype(self):
+        if self._bf16 is None:
+            self._bf16 = _bf16_np()
+        return self._bf16
+
+    def _alloc_dtype(self, dtype):
+        """The dtype CuPy allocates for ``dtype``: bf16 as itself where CuPy takes
+        ml_dtypes' bfloat16, else as its uint16 storage."""
+        if dtype != self._bf16_dtype():
+            return dtype
+        if self._bf16_alloc is None:
+            try:
+                self._cp.empty((1,), dtype)
+                self._bf16_alloc = dtype
+            except Exception:
+                self._bf16_alloc = np.dtype(np.uint16)
+        return self._bf16_alloc
+
+    def _empty(self, shape, dtype):
+        return self._cp.empty(shape, self._alloc_dtype(dtype))
+
+    def launch(self, program: CudaProgram, inputs, args=()) -> list:
+        """Run ``program``; returns new contiguous CuPy outputs (queued on the current
+        stream)."""
+        nd = self._cp.ndarray
+        outs = [nd(s, d) for s, d in program.out_alloc]
+        self._launch(program, inputs, args, outs)
+        return outs
+
+    def launch_into(self, program: CudaProgram, inputs, args, outputs) -> None:
+        """Run ``program`` writing into ``outputs`` (C-contiguous CuPy arrays of the output
+        shapes and dtypes)."""
+        if len(outputs) != program.n_out:
+            raise ShapeError(f"launch: the kernel has {program.n_out} outputs, got "
+                             f"{len(outputs)} arrays")
+        nd = self._cp.ndarray
+        for i, (o, s, d) in enumerate(zip(outputs, program.out_shapes, program.out_dtypes)):
+            okd = o.dtype == d or (d == self._bf16_dtype() and o.dtype == np.uint16) \
+                if isinstance(o, nd) else False
+            if not isinstance(o, nd) or not okd or o.shape != s or not o.flags.c_contiguous:
+                raise ShapeError(f"launch: output {i} must be a C-contiguous CuPy {d} array of "
+                                 f"shape {s}")
+        self._launch(program, inputs, args, outputs)
+
+    @staticmethod
+    def _arg_values(prog: CudaProgram, args) -> list:
+        """Scalars as the kernel takes them: floats as Python floats (doubles), ints wrapped
+        to int64."""
+        kinds = prog.arg_float
+        if len(args) != len(kinds):
+            raise ShapeError(f"launch: the kernel takes {len(kinds)} scalar args, got "
+                             f"{len(args)}")
+        return [float(x) if f else ((int(x) + (1 << 63)) % (1 << 64)) - (1 << 63)
+                for x, f in zip(args, kinds)]
+
+    def _launch(self, program: CudaProgram, inputs, args, outputs, variant=None) -> None:
+        dev = self._cp.cuda.runtime.getDevice()
+        self._check_inputs(program, inputs, dev)
+        if variant is None:
+            if not program.tuned:
+                if not program.rendered.launches:
+                    return
+                self._autotune(program, inputs, args)
+            fast = program._fast
+            if fast is not None and fast[0] == dev and fast[1] is program.variant:
+                b = fast[2]
+            else:
+                b = self._build(program, program.variant)
+                program._fast = (dev, program.variant, b)
+        else:
+            b = self._build(program, variant)
+        if not b.calls:
+            return
+        ptrs = [a.data.ptr for a in inputs]
+        ptrs += [o.data.ptr for o in outputs]
+        scratch = None
+        if b.has_scratch:
+            scratch = self._cp.empty(b.scratch, np.uint8)
+            ptrs.append(scratch.data.ptr)
+        argv = self._arg_values(program, args) if (args or program.arg_float) else []
+        if b.has_aligned:
+            ok = 1
+            for i, al in b.aligned:
+                if ptrs[i] % al:
+                    ok = 0
+                    break
+            argv.append(ok)
+        if self._direct is not None and self._launch_direct(b, ptrs, argv):
+            self.launches += 1
+            return
+        # CuPy's launch: arrays as pointers, scalars as NumPy values of the kernel's types
+        params = [*inputs, *outputs]
+        if scratch is not None:
+            params.append(scratch)
+        kinds = program.arg_float
+        params += [np.float64(x) if f else np.int64(x) for x, f in zip(argv, kinds)]
+        if b.has_aligned:
+            params.append(np.int32(argv[-1]))
+        params = tuple(params)
+        for fn, _, grid, block in b.calls:
+            fn(grid, block, params)
+        self.launches += 1
+
+    def _launch_direct(self, b, ptrs, argv) -> bool:
+        """Launch through ``cuLaunchKernel`` with the parameters packed into this thread's
+        buffer (``b.fmt``: 8 bytes a parameter): about half of CuPy's per-call cost. False
+        (nothing launched) when it cannot, e.g. without a current context in this thread;
+        CuPy's path then launches."""
+        tl = self._tls
+        slots = getattr(tl, "slots", None)
+        if slots is None:
+            if getattr(tl, "no_direct", False):
+                return False
+            buf = ctypes.create_string_buffer(8 * 64)
+            base = ctypes.addressof(buf)
+            addrs = (ctypes.c_void_p * 64)(*[base + 8 * i for i in range(64)])
+            slots = tl.slots = (buf, ctypes.addressof(addrs), addrs)
+        if b.n_params > 64:
+            return False
+        buf, kp, _ = slots
+        _pack_into(b.fmt, buf, 0, *ptrs, *argv)
+        try:
+            stream = self._stream_ptr()
+            launch = self._direct
+            for _, fptr, grid, block in b.calls:
+                launch(fptr, grid[0], 1, 1, block[0], 1, 1, 0, stream, kp, 0)
+        except Exception:
+            tl.slots = None
+            tl.no_direct = True         # this thread launches through CuPy from now on
+            return False
+        return True
+
+    # -- autotune ---------------------------------------------------------------------------
+    def tune_key(self, program: CudaProgram) -> str:
+        k = program.kernel
+        info = device_info(self._device())
+        return "|".join(["cuda", structure_hash(k),
+                         ",".join(str(n) for n in shape_bucket(k.shape)),
+                         f"{info.name}:sm{info.arch}:{info.sms}", "v1"])
+
+    def _axes(self, program: CudaProgram) -> list:
+        rd = program.rendered
+        if isinstance(program.kernel, ir.Elementwise):
+            v0 = rd.vec
+            vecs = [x for x in (2 * v0, v0 // 2) if 1 <= x <= 16 and x != v0]
+            return [("ept", [2, 4, 8]), ("block", [128, 512, 1024]), ("vec", vecs)]
+        if rd.mode.startswith("column"):
+            return [("by", [4, 16, 32, 2])]
+        R = int(program.kernel.shape[program.kernel.axis])
+        tprs = [t for t in (32, 64, 128, 256, 512, 1024) if t <= max(32, R)]
+        return [("tpr", tprs), ("block", [128, 512, 1024])]
+
+    def _autotune(self, program: CudaProgram, inputs, args):
+        with program._lock:
+            if program.tuned:
+                return
+            if program.work < min_work():
+                program.tuned = True
+                return
+            key = program.tune_key = self.tune_key(program)
+            cp = self._cp
+            scratch = [self._empty(s, d) for s, d in zip(program.out_shapes,
+                                                          program.out_dtypes)]
+            args = list(args)
+
+            def run(v: CudaVariant) -> float:
+                self._launch(program, inputs, args, scratch, variant=v)   # warm-up, compile
+                start, end = cp.cuda.Event(), cp.cuda.Event()
+                reps = 3
+                start.record()
+                for _ in range(reps):
+                    self._launch(program, inputs, args, scratch, variant=v)
+                end.record()
+                end.synchronize()
+                return cp.cuda.get_elapsed_time(start, end) / 1000.0 / reps
+
+            v = self.tuner.choose(key, self._axes(program), run, DEFAULT)
+            try:
+                self._build(program, v)
+            except Exception:
+                v = DEFAULT
+            program.variant = v
+            program.tuned = key not in self.tuner._busy or v is not DEFAULT
+
+    # -- introspection ----------------------------------------------------------------------
+    def source(self, program: CudaProgram) -> str:
+        """The CUDA C source of a program (for EMBER_FUSION_LOG)."""
+        return program.source
+
+    def stats(self) -> dict:
+        return {"launches": self.launches, "programs": len(self._programs),
+                "compiler": dict(self._compiler.stats), "autotune": dict(self.tuner.stats)}
+
+
+_DEFAULT = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+def default_runtime() -> CudaKernelRuntime:
+    """The process-wide runtime (created on first use)."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        with _DEFAULT_LOCK:
+            if _DEFAULT is None:
+                _DEFAULT = CudaKernelRuntime()
+    return _DEFAULT
+

@@ -1,0 +1,150 @@
+"""The CUDA kernel runtime on a GPU: the C runtime's interface, launch checks with ember
+errors, launches queued on CuPy's current stream, autotune (a winner stored in SQLite and
+read by a fresh runtime without benchmarking), and the variant JSON."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember import dtype as dt
+from ember.errors import DTypeError, ShapeError
+from ember.kernel import ir, mathlib
+from ember.kernel.cuda.tune import CudaTuner, CudaVariant
+from ember.kernel.interpret import evaluate
+from tests.kernel_cuda._util import assert_same, gpu_or_skip, to_gpu, to_host
+
+
+def test_variant_json():
+    v = CudaVariant(block=512, vec=8, ept=2, tpr=64, by=4)
+    assert CudaVariant.from_json(v.to_json()) == v
+    assert CudaVariant.from_json(CudaVariant(idx64=True).to_json()).idx64
+
+
+def test_tuner_store_roundtrip(tmp_path):
+    t = CudaTuner(cache_root=tmp_path, enabled=True, budget_s=5.0)
+    cost = {0: 3.0, 128: 1.0, 512: 2.0}
+    v = t.choose("cuda|k", [("block", [128, 512]), ("ept", [2])],
+                 lambda v: cost[v.block] * (0.5 if v.ept == 2 else 1.0))
+    assert v == CudaVariant(block=128, ept=2)
+    t2 = CudaTuner(cache_root=tmp_path, enabled=True)
+    assert t2.choose("cuda|k", [], lambda v: 1 / 0) == v and t2.stats["db_hits"] == 1
+
+
+@pytest.fixture(scope="module")
+def rt(tmp_path_factory):
+    return gpu_or_skip(tmp_path_factory.mktemp("cuda-rt"))
+
+
+GELU = ir.Elementwise((1 << 20,), (ir.BufferView(dt.f32, (1,)),),
+                      (ir.Load(0, dt.f32) * (mathlib.erf(ir.Load(0, dt.f32) * 0.7071067811865476)
+                                             + 1.0) * 0.5,), (dt.f32,))
+
+
+def test_interface(rt):
+    assert rt.available() and rt.why_unavailable() == ""
+    assert "broadcast_reduce" in rt.features
+    prog = rt.compile(GELU)
+    assert rt.compile(GELU) is prog
+    assert "ember_kernel" in rt.source(prog)
+    x = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32)
+    (out,) = rt.launch(prog, [to_gpu(x)])
+    assert_same(to_host(out, np.float32), evaluate(GELU, [x])[0], "gelu")
+    st = rt.stats()
+    assert st["launches"] >= 1 and st["programs"] >= 1 and "compiler" in st
+
+
+def test_launch_checks(rt):
+    cp = pytest.importorskip("cupy")
+    prog = rt.compile(GELU)
+    with pytest.raises(ShapeError):
+        rt.launch(prog, [])
+    with pytest.raises(DTypeError):
+        rt.launch(prog, [cp.zeros(1 << 20, cp.float64)])
+    with pytest.raises(ShapeError):            # the view reaches beyond the array
+        rt.launch(prog, [cp.zeros(1000, cp.float32)])
+    with pytest.raises(TypeError):
+        rt.launch(prog, [np.zeros(1 << 20, np.float32)])
+    with pytest.raises(ShapeError):
+        rt.launch_into(prog, [cp.zeros(1 << 20, cp.float32)], [], [cp.zeros(5, cp.float32)])
+    k = ir.Elementwise((4,), (ir.BufferView(dt.f32, (1,)),),
+                       (ir.Load(0, dt.f32) + ir.Arg(0, dt.f32),), (dt.f32,), (dt.f32,))
+    p = rt.compile(k)
+    with pytest.raises(ShapeError):
+        rt.launch(p, [cp.zeros(4, cp.float32)], [])
+
+
+def test_runs_on_the_current_stream(rt):
+    cp = pytest.importorskip("cupy")
+    k = ir.Elementwise((1 << 22,), (ir.BufferView(dt.f32, (1,)),),
+                       (ir.Load(0, dt.f32) + 1.0,), (dt.f32,))
+    prog = rt.compile(k)
+    x = cp.zeros(1 << 22, cp.float32)
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        y = x
+        for _ in range(20):
+            (y,) = rt.launch(prog, [y])
+        ev = s.record()
+    ev.synchronize()
+    assert float(y[:8].get().max()) == 20.0 and float(y[-8:].get().min()) == 20.0
+
+
+def test_autotune_stores_the_winner(tmp_path):
+    import os
+    os.environ.setdefault("EMBER_AUTOTUNE", "1")
+    rt = gpu_or_skip(tmp_path, autotune=True)
+    rt.tuner.budget_s = 5.0
+    x = to_gpu(np.random.default_rng(1).standard_normal(1 << 22).astype(np.float32))
+    k = ir.Elementwise((1 << 22,), (ir.BufferView(dt.f32, (1,)),),
+                       (ir.Load(0, dt.f32) * 3.0 - 1.0,), (dt.f32,))
+    prog = rt.compile(k)
+    (out,) = rt.launch(prog, [x])
+    assert prog.tuned and prog.tune_key.startswith("cuda|")
+    assert rt.tuner.stats["tunings"] == 1 and rt.tuner.stats["benchmarks"] >= 2
+    assert float(abs(out - (x * 3.0 - 1.0)).max()) == 0.0
+    from ember.kernel.cuda.runtime import CudaKernelRuntime
+    from ember.kernel.cuda.tune import CudaTuner as T
+    fresh = CudaKernelRuntime(cache_root=tmp_path, autotune=True)
+    fresh.tuner = T(cache_root=tmp_path, enabled=True)     # a new process's tuner: no memory
+    p2 = fresh.compile(k)
+    fresh.launch(p2, [x])
+    assert fresh.tuner.stats["db_hits"] == 1 and fresh.tuner.stats["benchmarks"] == 0
+    assert p2.variant == prog.variant
+
+
+def test_reductions_tune_too(tmp_path):
+    rt = gpu_or_skip(tmp_path, autotune=True)
+    rt.tuner.budget_s = 5.0
+    x = np.random.default_rng(2).standard_normal((512, 4096)).astype(np.float32)
+    k = ir.Reduce((512, 4096), 1, (ir.BufferView(dt.f32, (4096, 1)),), ir.Load(0, dt.f32),
+                  "max", ir.Acc(dt.f32), dt.f32)
+    prog = rt.compile(k)
+    (out,) = rt.launch(prog, [to_gpu(x)])
+    assert prog.tuned and rt.tuner.stats["tunings"] == 1
+    assert_same(to_host(out, np.float32), evaluate(k, [x])[0], "tuned max")
+
+
+def test_cupy_launch_path_gives_the_same_results(tmp_path):
+    """Launches through CuPy's Function call (the fallback of the direct cuLaunchKernel
+    path): scalar args, the aligned flag and a split reduction's scratch all arrive."""
+    from ember.kernel.cuda.runtime import CudaKernelRuntime
+    gpu_or_skip(tmp_path)
+    direct = CudaKernelRuntime(cache_root=tmp_path, autotune=False)
+    viacupy = CudaKernelRuntime(cache_root=tmp_path, autotune=False)
+    viacupy._direct = None
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(1 << 16).astype(np.float32)
+    ew = ir.Elementwise((1 << 16,), (ir.BufferView(dt.f32, (1,)),),
+                        (ir.Load(0, dt.f32) * ir.Arg(0, dt.f32) + ir.cast(ir.Arg(1, dt.i64),
+                                                                       dt.f32),),
+                        (dt.f32,), (dt.f32, dt.i64))
+    red = ir.Reduce((2, 1 << 16), 1, (ir.BufferView(dt.f32, (0, 1)),), ir.Load(0, dt.f32),
+                    "max", ir.Acc(dt.f32) + ir.Arg(0, dt.f32), dt.f32, (dt.f32,))
+    for k, args in ((ew, [0.5, -3]), (red, [2.0])):
+        want = evaluate(k, [x], args)[0]
+        for rt in (direct, viacupy):
+            (out,) = rt.launch(rt.compile(k), [to_gpu(x)], args)
+            got = to_host(out, np.float32)
+            assert_same(got, want.reshape(got.shape), f"{type(k).__name__} direct="
+                        f"{rt._direct is not None}")
+    assert viacupy.compile(red).rendered.has_scratch
