@@ -87,6 +87,17 @@ class Backend(metaclass=_Interned):
         """The backend's own buffer behind a primitive (``tensor.primitive``)."""
         return prim
 
+    # -- what a decorator (Fusion) needs to handle primitives of any array library ---------
+    def as_array(self, prim):
+        """``prim`` as this backend's array type (NdArray: a NumPy scalar becomes a 0-d
+        array); ops already return arrays, so by default ``prim`` itself."""
+        return prim
+
+    def ascontiguous(self, prim):
+        """A C-contiguous array of this backend with ``prim``'s values: ``prim`` itself when
+        it is one, else a copy queued where this backend's ops go."""
+        raise NotImplementedError(f"{self.describe()}: no ascontiguous (Fusion needs it)")
+
     # -- autodiff hooks; a plain backend tracks nothing -----------------------------------
     def require_grad(self, prim, meta):
         return prim

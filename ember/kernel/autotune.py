@@ -1,20 +1,23 @@
 """Autotune: pick the fastest launch variant of a kernel, once per machine, kept in SQLite.
 
 A *variant* is how a kernel runs: OpenMP threads, the work-item size (``chunk``), 32-bit
-loop indices and an unroll hint (the last two are compile-time: another library). The key
-is the kernel's structure (expressions, dtypes, which inputs are contiguous, broadcast or
-strided — not the numbers), its shape bucketed by powers of two per dim, and the machine
-(CPU model and flags, thread count). Kernels of one key share the winner.
+loop indices, an unroll hint and the vector width (the last three are compile-time: another
+library). The key is the kernel's structure (expressions, dtypes, which inputs are
+contiguous, broadcast or strided — not the numbers), its shape bucketed by powers of two per
+dim, and the machine (CPU model and flags, thread count). Kernels of one key share the
+winner.
 
 Policy (documented choice): tuning runs **synchronously, on the first launch of a key, and
 bounded in time** (``EMBER_AUTOTUNE_BUDGET`` seconds, default 0.25, compiles included) and
 only for kernels big enough to matter (``EMBER_AUTOTUNE_MIN_WORK`` loop trips, default
 2**18); smaller kernels use the default variant. Another thread launching a key being tuned
 gets the default variant meanwhile (no waiting). Candidates are tried by coordinate descent
-— threads, then chunk, then 32-bit indexing, then unroll — each timed as the best of a few
-runs after a warm-up, on scratch outputs (never the caller's buffers). The winner goes to
-``<cache>/autotune.sqlite3`` (WAL mode, busy timeout: safe for concurrent processes); a
-later process reads it without benchmarking (`Autotuner.stats` counts both).
+— threads, vector width, chunk, 32-bit indexing, unroll — each timed as the best of
+at least two runs after a warm-up, on scratch outputs (never the caller's buffers); thread
+counts that the default already uses are skipped, and the winner must beat the default
+again in a last comparison (a loaded machine's noise is not stored as a winner). The winner
+goes to ``<cache>/autotune.sqlite3`` (WAL mode, busy timeout: safe for concurrent
+processes); a later process reads it without benchmarking (`Autotuner.stats` counts both).
 ``EMBER_AUTOTUNE=0`` turns it all off: the default variant, no database.
 """
 from __future__ import annotations
@@ -38,11 +41,13 @@ __all__ = ["Variant", "Autotuner", "structure_hash", "shape_bucket", "enabled_by
 class Variant:
     """``threads``: OpenMP team size (0: the runtime's choice); ``chunk``: elements per work
     item (0: the kernel's default); ``idx32``: 32-bit indices; ``unroll``: inner-loop unroll
-    hint (0: the compiler's choice)."""
+    hint (0: the compiler's choice); ``wide``: the widest vectors the CPU has (AVX-512:
+    GCC otherwise prefers 256-bit ones)."""
     threads: int = 0
     chunk: int = 0
     idx32: bool = False
     unroll: int = 0
+    wide: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -50,11 +55,12 @@ class Variant:
     @classmethod
     def from_json(cls, s: str) -> "Variant":
         d = json.loads(s)
-        return cls(**{k: d[k] for k in ("threads", "chunk", "idx32", "unroll") if k in d})
+        return cls(**{k: d[k] for k in ("threads", "chunk", "idx32", "unroll", "wide")
+                      if k in d})
 
     @property
     def compile_options(self) -> tuple:
-        return (self.idx32, self.unroll)
+        return (self.idx32, self.unroll, self.wide)
 
 
 DEFAULT = Variant()
@@ -265,15 +271,18 @@ class Autotuner:
         return best
 
     def _tune(self, axes, run, default: Variant):
+        """Coordinate descent; each time is the best of at least two runs (one run of a
+        loaded machine picks noise), and a winner is timed against the default once more
+        before it is kept."""
         t_start = time.perf_counter()
         deadline = t_start + self.budget_s
         t_def = self._time(run, default, 3)
-        reps = 3 if t_def < 0.01 else 1
+        reps = 3 if t_def < 0.01 else 2
         best, best_t = default, t_def
         for field, values in axes:
             for val in values:
                 if time.perf_counter() > deadline:
-                    return best, best_t, t_def
+                    return self._confirm(run, best, best_t, default, t_def, reps)
                 cand = Variant(**{**asdict(best), field: val})
                 if cand == best:
                     continue
@@ -283,7 +292,16 @@ class Autotuner:
                     continue
                 if t < best_t * 0.97:  # a clear win only, against timing noise
                     best, best_t = cand, t
-        return best, best_t, t_def
+        return self._confirm(run, best, best_t, default, t_def, reps)
+
+    def _confirm(self, run, best, best_t, default, t_def, reps):
+        if best == default:
+            return best, best_t, t_def
+        t_def = self._time(run, default, reps)      # both afresh, side by side
+        best_t = self._time(run, best, reps)
+        if best_t < t_def * 0.97:
+            return best, best_t, t_def
+        return default, t_def, t_def
 
 
 _TUNERS: dict = {}

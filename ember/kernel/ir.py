@@ -51,24 +51,65 @@ def compute_dtype(d: dt.DType) -> dt.DType:
 
 
 def _node(cls):
-    """A frozen, slotted dataclass whose hash is computed once. Expressions are DAGs that
-    share subtrees; the default dataclass hash rehashes every shared subtree on every use,
-    which is exponential in the depth."""
+    """A frozen, slotted dataclass whose hash is computed once, children first, without
+    recursion, and whose equality is linear in the size of the DAGs compared. Expressions
+    are DAGs that share subtrees: the default dataclass hash and ``==`` revisit every shared
+    subtree on every use, which is exponential in the depth (and recursive)."""
     cls.__annotations__["_h"] = int
     cls._h = field(default=0, init=False, repr=False, compare=False)
     cls = dataclass(frozen=True, slots=True)(cls)
-    names = tuple(f.name for f in fields(cls) if f.name != "_h")
-    tag = cls.__name__
-
-    def __hash__(self):
-        h = self._h
-        if not h:
-            h = hash((tag,) + tuple(getattr(self, n) for n in names)) or 1
-            object.__setattr__(self, "_h", h)
-        return h
-
-    cls.__hash__ = __hash__
+    cls._cmp = tuple(f.name for f in fields(cls) if f.compare)
+    cls._tag = cls.__name__
+    cls.__hash__ = _hash
+    cls.__eq__ = _eq
     return cls
+
+
+def _hash(self) -> int:
+    h = self._h
+    if h:
+        return h
+    stack = [self]
+    while stack:
+        n = stack[-1]
+        if n._h:
+            stack.pop()
+            continue
+        todo = [c for c in children(n) if not c._h]
+        if todo:
+            stack.extend(todo)
+            continue
+        stack.pop()
+        object.__setattr__(n, "_h", hash((n._tag,) + tuple(getattr(n, f) for f in n._cmp))
+                           or 1)
+    return self._h
+
+
+def _eq(self, other):
+    """Structural equality; each pair of nodes is compared once (hashes first)."""
+    if self is other:
+        return True
+    if type(other) is not type(self):
+        return NotImplemented
+    seen = set()
+    stack = [(self, other)]
+    while stack:
+        x, y = stack.pop()
+        if x is y:
+            continue
+        if type(x) is not type(y) or _hash(x) != _hash(y):
+            return False
+        pair = (id(x), id(y))
+        if pair in seen:
+            continue
+        seen.add(pair)
+        for f in x._cmp:
+            u, v = getattr(x, f), getattr(y, f)
+            if isinstance(u, Expr):
+                stack.append((u, v))
+            elif u != v:
+                return False
+    return True
 
 
 class Expr:
@@ -235,8 +276,26 @@ def unary(op: str, x: Expr) -> Unary:
 
 
 def cast(x: Expr, d: dt.DType) -> Expr:
-    d = compute_dtype(d)
-    return x if x.dtype is d else Cast(x, d)
+    """``x`` converted to ``d``, as an expression of ``d``'s compute dtype. To f16/bf16 the
+    value is rounded to that type (``Cast(Cast(x, d), f32)``, as NumPy's ``astype`` rounds),
+    unless ``x`` already holds a ``d`` value (see `holds`): then it is only widened."""
+    c = compute_dtype(d)
+    if c is d:
+        return x if x.dtype is d else Cast(x, d)
+    if holds(x, d):
+        return x if x.dtype is c else Cast(x, c)
+    if x.dtype is not compute_dtype(x.dtype):
+        x = Cast(x, compute_dtype(x.dtype))     # another narrow type: its value, widened
+    return Cast(Cast(x, d), c)
+
+
+def holds(x: Expr, d: dt.DType) -> bool:
+    """Whether ``x``'s value is known to be a value of the f16/bf16 type ``d``: a load of a
+    ``d`` buffer, a rounding ``Cast`` or ``Bitcast`` to ``d``, or the widening of one. (Other
+    nodes typed ``d`` compute in f32 and are not rounded until stored.)"""
+    if isinstance(x, Cast) and x.dtype is dt.float32 and x.x.dtype is d:
+        x = x.x
+    return x.dtype is d and isinstance(x, (Load, Cast, Bitcast))
 
 
 def bitcast(x: Expr, d: dt.DType) -> Bitcast:

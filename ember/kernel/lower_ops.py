@@ -13,10 +13,12 @@ conventions (NumPy's float algorithm, snapping included), shift counts out of ra
 Conventions for callers (the fuser):
 
 * Inputs may be ``Load`` nodes of f16/bf16 buffers (dtype f16/bf16, value f32): they are
-  widened here (``ir.cast``), so the result's dtype is always a compute dtype. An input's
-  dtype is also a hint: f16 (a ``Load`` or a rounding ``Cast(e, f16)``) makes scalars round
-  to f16 and ``pow`` skip NumPy's f32/f64 fast paths; bf16 makes ``sign(-0.0)`` ``-0.0``
-  (ml_dtypes). An f16/bf16 intermediate handed over as a plain f32 expression loses them.
+  widened here (`w`), so the result's dtype is always a compute dtype. An input's dtype is
+  also a hint (`hint`): f16 (a ``Load``, a rounding ``Cast(e, f16)`` or its widening
+  ``Cast(Cast(e, f16), f32)``) makes scalars round to f16 and ``pow`` skip NumPy's f32/f64
+  fast paths; bf16 makes ``sign(-0.0)`` ``-0.0`` (ml_dtypes). An f16/bf16 intermediate
+  handed over as a plain f32 expression loses them, and the ``cast`` op to f32 drops them
+  on purpose (NumPy computes on the f32 result in f32).
 * A scalar operand (``Arg``/``Const``, possibly under ``Cast``) whose dtype differs from the
   tensor operand's is converted to it. NumPy converts a weak Python float to the tensor's
   dtype: f16 -> rounded to f16 (done here next to an f16-hinted operand: an f64 ``Arg``
@@ -24,10 +26,11 @@ Conventions for callers (the fuser):
   rounded to f32 only (ml_dtypes does not take part in weak promotion), so a bf16 tensor's
   scalar must *not* be rounded to bf16; f32/f64 -> that dtype.
 * A NumPy op on f16/bf16 rounds its result before the next op reads it; inside a fused
-  chain the fuser rounds intermediates (``Cast(e, f16)``) where it wants NumPy's bits.
+  chain the fuser rounds intermediates (``ir.cast(e, f16)``) where it wants NumPy's bits.
+  The ``cast`` op to f16/bf16 rounds itself.
 
-`-0.0` constants are built as ``neg(0.0)``: ``Const(-0.0) == Const(0.0)`` structurally
-(Python's ``-0.0 == 0.0``), so a node-keyed renderer could merge them.
+`-0.0` constants are built as ``neg(0.0)`` (from before `ir.Const` compared by exact value,
+which keeps ``Const(-0.0)`` and ``Const(0.0)`` apart too).
 """
 from __future__ import annotations
 
@@ -47,8 +50,9 @@ _NARROW = (dt.float16, dt.bfloat16)
 
 # -- basics ---------------------------------------------------------------------------------
 def w(x: Expr) -> Expr:
-    """``x`` in its compute dtype (f16/bf16 loads widened to f32)."""
-    return ir.cast(x, x.dtype)
+    """``x`` in its compute dtype (f16/bf16 loads widened to f32; nothing rounded)."""
+    d = ir.compute_dtype(x.dtype)
+    return x if x.dtype is d else Cast(x, d)
 
 
 def hint(e: Expr) -> dt.DType:
@@ -334,14 +338,24 @@ def remainder(a, b):
 
 # -- pow ------------------------------------------------------------------------------------
 def int_pow(a, b):
-    """``a ** b`` on ints, wrapping modulo 2**bits: square and multiply from the exponent's
-    top bit down (every bit; a left-to-right chain, so no long chain of squares of a
-    loop-invariant base, which sends GCC's analyses exponential); a negative exponent gives
-    1 for ``a == 1``, +-1 for ``a == -1``, else 0."""
+    """``a ** b`` on ints, wrapping modulo 2**bits, over every exponent bit; a negative
+    exponent gives 1 for ``a == 1``, +-1 for ``a == -1``, else 0.
+
+    A tensor exponent: square and multiply from the exponent's top bit down (a left-to-right
+    chain, so a loop-invariant base never makes a long chain of squares, which sends GCC's
+    analyses exponential). A scalar exponent (``Arg``) with a tensor base: the product of
+    ``a**(2**i)`` over the exponent's set bits, each factor selected by a mask of bits
+    (``((s - 1) & m) + 1``, ``m`` all ones or zero) rather than a ``Select``: a select on a
+    loop-invariant condition makes GCC version the loop per condition (``-funswitch-loops``,
+    0.3-0.6 s to compile an i8 kernel); the squarings and the product tree also shorten the
+    chain of dependent multiplies."""
+    scalar_exp = _is_scalar(b) and not _is_scalar(a)
     a, b = pair(a, b)
     d = a.dtype
     if isinstance(b, Const):
         return _int_pow_const(a, int(b.value))
+    if scalar_exp:
+        return _int_pow_invariant_exp(a, b)
     nb = bits(d) - 1 if d.signed else bits(d)
     e = sel(cmp("lt", b, 0), k(0, d), b) if d.signed else b
 
@@ -358,6 +372,40 @@ def int_pow(a, b):
     inv = sel(cmp("eq", a, 1), k(1, d),
               sel(cmp("eq", a, -1), sel(odd, k(-1, d), k(1, d)), k(0, d)))
     return sel(cmp("lt", b, 0), inv, r)
+
+
+def _mask(c: Expr, d: dt.DType) -> Expr:
+    """All ones where the bool ``c`` holds, else 0, in int dtype ``d``."""
+    return Unary("neg", Cast(c, d), d)
+
+
+def _int_pow_invariant_exp(a, b):
+    """`int_pow` for a loop-invariant exponent ``b``: no select on a condition of ``b``."""
+    d = a.dtype
+    one = k(1, d)
+    nb = bits(d) - 1 if d.signed else bits(d)
+    if d.signed:
+        neg = _mask(cmp("lt", b, 0), d)
+        e = Binary("and", b, Unary("bnot", neg, d), d)          # 0 for a negative b
+    else:
+        e = b
+    factors, s = [], a
+    for i in range(nb):
+        m = _mask(cmp("ne", Binary("and", e, k(1 << i, d), d), 0), d)
+        factors.append(Binary("add", Binary("and", Binary("sub", s, one, d), m, d), one, d))
+        if i + 1 < nb:
+            s = Binary("mul", s, s, d)
+    while len(factors) > 1:
+        factors = [Binary("mul", factors[j], factors[j + 1], d) if j + 1 < len(factors)
+                   else factors[j] for j in range(0, len(factors), 2)]
+    r = factors[0]
+    if not d.signed:
+        return r
+    # a negative exponent: 1 for a == 1, (-1)**b for a == -1, else 0
+    sgn = Binary("sub", one, Binary("mul", Binary("and", b, one, d), k(2, d), d), d)
+    inv = sel(cmp("eq", a, 1), one, sel(cmp("eq", a, -1), sgn, k(0, d)))
+    return Binary("or", Binary("and", inv, neg, d),
+                  Binary("and", r, Unary("bnot", neg, d), d), d)
 
 
 def _int_pow_const(a, n):
@@ -487,21 +535,21 @@ def where(c, a, b):
 def cast(x, dtype):
     """NumPy ``astype`` with ember's rules: float -> int truncates, nan/+-inf give 0, then
     wraps (as through i64; beyond the i64 range: the IR's saturation, unspecified by the op);
-    anything -> bool is ``x != 0``; f64 -> f16 rounds once (NumPy) and f64 -> bf16 through
-    f32 (ml_dtypes); int -> f16/bf16 through f32 (exact for f16's range; ml_dtypes' way for
-    bf16)."""
+    anything -> bool is ``x != 0``; -> f16/bf16 rounds to that type (`ir.cast`; f64 -> f16
+    once, as NumPy; f64 -> bf16 through f32, as ml_dtypes); int -> f16/bf16 through f32
+    (exact for f16's range; ml_dtypes' way for bf16). f16/bf16 -> f32 gives a plain f32
+    value (``Cast(x, f32)`` of the widened value, no longer hinted as f16: NumPy computes
+    on the f32 array in f32, a later scalar operand is not rounded to f16)."""
+    narrow = hint(x) in _NARROW
     x = w(x)
     src = x.dtype
     tc = ir.compute_dtype(dtype)
     if dtype.is_bool:
         return x if src.is_bool else cmp("ne", x, 0)
-    if src is tc and dtype not in _NARROW:
-        return x
+    if dtype in _NARROW:
+        return ir.cast(x if src.is_float else Cast(x, F32), dtype)
+    if src is tc:
+        return Cast(x, tc) if narrow else x
     if dtype.is_int and src.is_float:
         return Cast(sel(is_finite(x), x, k(0, src)), tc)
-    if dtype in _NARROW:
-        if src is F32:
-            return x                # the store (or the fuser) rounds to the narrow type
-        if src is F64:
-            return Cast(Cast(x, dtype), F32)
     return Cast(x, tc)

@@ -41,7 +41,7 @@ expm1     1.222    1.22     k = 0 on |x| < 0.6 (no cancellation), rounding error
 log       0.843    0.73     log(+-0) = -inf, log(x < 0) = NaN
 log2      0.500    1.49     f32 in f64
 log1p     0.843    0.74     x itself is the reduced argument near 0; keeps -0
-erf       1.015    0.80     erf = 1 from 3.92 (f64 5.95)
+erf       1.320    0.80     erf = 1 from 3.92 (f64 5.95); f32 erfc: one Estrin polynomial
 tanh      1.307    1.22     polynomial below 0.625, 1 - 2/(expm1(2|x|) + 2) above
 sigmoid   1.504    1.22     e/(1+e) for x < 0 with 1 + e kept exact (two-sum)
 sin       0.500    1.24     f32: exact reduction for all x; f64: exact for |x| < 2^45, NaN past
@@ -160,6 +160,23 @@ def _horner(t, coeffs, W):
     for c in reversed(coeffs[:-1]):
         p = p * t + _c(c, W)
     return p
+
+
+def _estrin(t, coeffs, W):
+    """sum c_i t^i by Estrin's scheme: pairs c_2i + c_2i+1 t, then pairs of those with t^2,
+    t^4, ...: one multiply more than Horner per level but a dependency chain of depth
+    log2(n) instead of n, so a vectorized loop's iterations overlap in the core (a long
+    Horner chain keeps the scheduler full of waiting operations)."""
+    terms = [_c(c, W) for c in coeffs]
+    p = t
+    while len(terms) > 1:
+        nxt = [terms[i] + terms[i + 1] * p for i in range(0, len(terms) - 1, 2)]
+        if len(terms) % 2:
+            nxt.append(terms[-1])
+        terms = nxt
+        if len(terms) > 1:
+            p = p * p
+    return terms[0]
 
 
 def _pow2(ki, P):
@@ -589,13 +606,24 @@ def _piecewise(a, pieces, W):
 
 
 def erf(x: ir.Expr) -> ir.Expr:
-    """The error function: a + a Q(a^2) for |x| < 0.84375, 1 - erfc(|x|) from piecewise
-    fits of erfc up to where erf rounds to 1, odd."""
+    """The error function, odd: a + a Q(a^2) near 0, then 1 - erfc(|x|) up to where erf
+    rounds to 1. f32: Q on [0, 1), erfc on [1, 3.92) as one polynomial in a - 2.453125
+    evaluated by Estrin's scheme (no per-piece coefficient selects, a short dependency
+    chain: this is GELU's cost). f64: Q on [0, 0.84375), erfc from piecewise fits."""
     x, W = _prep(x, "erf")
     P = _par(W)
     prec = _prec(W)
     a = _u("abs", x)
     w = a * a
+    if W is _F32:
+        (lo, mid, *coeffs), = _TABLE["erfc/s"]
+        small = a + a * _horner(w, _TABLE["erf_Q1/s"], W)
+        big = _c(1.0, W) - _estrin(a - _c(mid, W), coeffs, W)
+        top = _ERFC_PIECES["s"][-1][1]
+        # a NaN fails both comparisons and takes the small branch, which propagates it
+        v = _sel(_cmp("ge", a, _c(lo, W)),
+                 _sel(_cmp("ge", a, _c(top, W)), _c(1.0, W), big), small)
+        return _xorsign(v, x, P)
     small = a + a * _horner(w, _TABLE["erf_Q/" + prec], W)
     pieces = _TABLE["erfc/" + prec]
     big = _c(1.0, W) - _piecewise(a, pieces, W)
@@ -858,9 +886,9 @@ _TABLE = {
     'erf_Q/m': (0.128379167093007, -0.37612638858109004, 0.11283790337501085,
                 -0.02686601995809338, 0.005223138235669831, -0.0008522779413950907,
                 0.00011619446431983207, -1.0940391869317452e-05),
-    'erf_Q/s': (0.12837916612625122, -0.37612637877464294, 0.11283751577138901,
-                -0.026862768456339836, 0.005210120230913162, -0.0008255121065303683,
-                8.889625314623117e-05),
+    'erf_Q1/s': (0.12837916612625122, -0.37612637877464294, 0.11283782124519348,
+                 -0.026865430176258087, 0.005221031606197357, -0.0008484080317430198,
+                 0.00011265958892181516, -9.667044650996104e-06),
     'erfc/d': ((0.84375, 1.046875, 0.13873857453792443, -0.37713011140328806, 0.3948080853753183,
                 -0.14983310578376116, -0.05317442881685727, 0.0672167238021556,
                 -0.009275988161863058, -0.01322946754439435, 0.005450107043081196,
@@ -905,17 +933,12 @@ _TABLE = {
                 -1.2444736195293426e-11, 2.159741523177096e-11, -3.007598908510142e-11,
                 3.210907885285778e-11, -3.686827457944867e-11, 5.2160037282351536e-11,
                 -3.755659003234783e-11)),
-    'erfc/s': ((0.84375, 1.046875, 0.13873857259750366, -0.3771302103996277, 0.3948081135749817,
-                -0.14981353282928467, -0.05318242311477661, 0.06626635789871216,
-                -0.008887059055268764),
-               (1.25, 1.75, 0.013328329659998417, -0.05277499556541443, 0.09235609322786331,
-                -0.09015729278326035, 0.04810712859034538, -0.006624175701290369,
-                -0.009018676355481148, 0.006056796293705702, -0.0004703691229224205,
-                -0.0008865503477863967),
-               (2.25, 3.078125, 1.3417280570138246e-05, -8.661317406222224e-05,
-                0.0002668705419637263, -0.000518321234267205, 0.0007056507165543735,
-                -0.0007155053899623454, 0.0005587865016423166, -0.0003176350728608668,
-                0.00010326533083571121, -9.510597010375932e-06)),
+    'erfc/s': ((1.0, 2.453125, 0.0005219278973527253, -0.002747564809396863, 0.006740119308233261,
+                -0.010107086040079594, 0.010150249116122723, -0.0069274562411010265,
+                0.002958046505227685, -0.0004251599602866918, -0.00037349987542256713,
+                0.00028860746533609927, -7.472208380931988e-05, -1.6209254681598395e-05,
+                1.7635711628827266e-05, -3.0959604373492766e-06, -1.1374885389159317e-06,
+                3.888801245466311e-07),),
     'exp2_H/d': (0.6931471805599453, 0.24022650695910097, 0.0555041086648216,
                  0.009618129107606715, 0.0013333558146416842, 0.0001540353044202707,
                  1.525273382999124e-05, 1.3215442410711872e-06, 1.0178062351388103e-07,
@@ -991,7 +1014,7 @@ _P32, _P64 = _P(_F32), _P(_F64)
 # Measured max error in ulps, (f32, f64): see the module docstring for how.
 MAX_ULP = {"exp": (1.049, 0.87), "exp2": (1.140, 1.04), "expm1": (1.222, 1.22),
            "log": (0.843, 0.73), "log2": (0.500, 1.49), "log1p": (0.843, 0.74),
-           "erf": (1.015, 0.80), "tanh": (1.307, 1.22), "sigmoid": (1.504, 1.22),
+           "erf": (1.320, 0.80), "tanh": (1.307, 1.22), "sigmoid": (1.504, 1.22),
            "sin": (0.500, 1.24), "cos": (0.500, 1.35), "tan": (0.500, 2.70),
            "sinh": (0.500, 1.11), "cosh": (0.500, 1.15), "asin": (0.500, 0.58),
            "acos": (0.500, 0.73), "atan": (0.500, 0.84), "atan2": (0.500, 1.42),
@@ -1075,6 +1098,8 @@ def _derive_table() -> dict:
             # erf(a) = a + a Q(w), w = a^2
             "erf_Q": lambda w: 2 / sqrtpi * series(
                 lambda n: D((-1) ** n) / (fact[n] * (2 * n + 1)), w) - 1,
+            "erf_Q1": lambda w: 2 / sqrtpi * series(
+                lambda n: D((-1) ** n) / (fact[n] * (2 * n + 1)), w) - 1,
             # sin(r) = r + r w S(w)
             "sin_S": lambda w: series(lambda k: D((-1) ** (k + 1)) / fact[2 * k + 3], w),
             # cos(r) = 1 - w/2 + w^2 C(w)
@@ -1143,7 +1168,8 @@ def _derive_table() -> dict:
             "log_U2": (0.0, wl, {"d": 8}),
             "sinh_P": (0.0, 1.0, {"m": 7, "d": 10}),
             "tanh_P": (0.0, 0.625 ** 2, {"s": 6, "m": 8, "d": 12}),
-            "erf_Q": (0.0, 0.84375 ** 2, {"s": 7, "m": 8, "d": 11}),
+            "erf_Q": (0.0, 0.84375 ** 2, {"m": 8, "d": 11}),
+            "erf_Q1": (0.0, 1.0, {"s": 8}),
             "sin_S": (0.0, wq, {"s": 4, "m": 5, "d": 7}),
             "cos_C": (0.0, wq, {"s": 3, "m": 4, "d": 6}),
             "atan_A": (0.0, (7 / 16) ** 2 * 1.001, {"s": 5, "m": 7, "d": 12}),
@@ -1215,7 +1241,7 @@ def _derive_table() -> dict:
 
 _ERFC_PIECES = {
     # precision: (lo, hi, number of coefficients) for 1 - erf on [lo, hi)
-    "s": ((0.84375, 1.25, 7), (1.25, 2.25, 10), (2.25, 3.92, 10)),
+    "s": ((1.0, 3.92, 16),),
     "d": ((0.84375, 1.25, 14), (1.25, 1.75, 14), (1.75, 2.25, 14), (2.25, 2.75, 14),
           (2.75, 3.25, 13), (3.25, 3.75, 13), (3.75, 4.25, 12), (4.25, 5.0, 13),
           (5.0, 5.95, 12)),

@@ -11,17 +11,43 @@ from ember.backend import Fusion, NdArray
 UNFUSED = NdArray().device(0)
 
 
+#: the conformance stack each kernel runtime belongs to (EMBER_TEST_STACKS selects them)
+STACK_OF = {"interpret": "fusion(ndarray)", "c": "fusion(ndarray)", "cuda": "fusion(cuda)"}
+
+
+def _skip_unless_selected(runtime: str):
+    """Skip when ``EMBER_TEST_STACKS`` names stacks, none of them this runtime's fusion stack
+    or its autodiff: a GPU run tests Fusion(Cuda) only."""
+    import os
+    if not os.environ.get("EMBER_TEST_STACKS", "").strip():
+        return
+    from tests.conformance.harness import selected_stacks
+    stack = STACK_OF[runtime]
+    names = {s.name for s in selected_stacks()}
+    if stack not in names and f"autodiff({stack})" not in names:
+        pytest.skip(f"{stack}: not among EMBER_TEST_STACKS={os.environ['EMBER_TEST_STACKS']!r}")
+
+
 def fusion_device(runtime: str):
-    """A Fusion(NdArray) device on ``runtime`` ("interpret": the IR interpreter; "c": the
-    generated-C runtime), or a pytest skip naming why it is absent."""
-    b = Fusion(NdArray(), runtime)
+    """A Fusion device on ``runtime`` -- "interpret" (the IR interpreter) or "c" (the
+    generated-C runtime) over NdArray, "cuda" (generated CUDA kernels) over Cuda -- fusing
+    every op however small (``min_numel=0``), or a pytest skip naming why it is absent."""
+    _skip_unless_selected(runtime)
+    if runtime == "cuda":
+        from ember.backend.cuda import Cuda
+        from ember.backend.fusion.registration import fusion_cuda_reason
+        why = fusion_cuda_reason()
+        if why:
+            pytest.skip(f"fusion(cuda): {why}")
+        return Fusion(Cuda(), "auto", 0).device(0)
+    b = Fusion(NdArray(), runtime, 0)
     if b.runtime is None:
         why = getattr(NdArray(), "kernel_runtime_reason", None) or "no kernel runtime"
         pytest.skip(f"fusion runtime {runtime!r} unavailable: {why}")
     return b.device(0)
 
 
-RUNTIMES = ("interpret", "c")
+RUNTIMES = ("interpret", "c", "cuda")
 
 
 def counted(fn):

@@ -217,6 +217,12 @@ def test_chains_generated_c(program):
     _check(program, "c")
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(programs())
+def test_chains_generated_cuda(program):
+    _check(program, "cuda")
+
+
 def test_chain_with_many_live_values_and_a_stream_bound():
     dev = fusion_device("interpret")
     rng = np.random.default_rng(0)

@@ -25,8 +25,11 @@ def _kernel(shape, strides=None):
 
 
 def test_variant_json_and_buckets():
-    v = Variant(threads=2, chunk=4096, idx32=True, unroll=4)
+    v = Variant(threads=2, chunk=4096, idx32=True, unroll=4, wide=True)
     assert Variant.from_json(v.to_json()) == v
+    # a row stored before the vector-width field existed
+    assert Variant.from_json('{"threads": 2, "chunk": 0, "idx32": false, "unroll": 0}') == \
+        Variant(threads=2)
     assert shape_bucket((1, 3, 64, 65, 0)) == (1, 4, 64, 128, 0)
 
 
@@ -163,3 +166,49 @@ def test_runtime_tunes_big_kernels_only(tmp_path):
     np.testing.assert_allclose(o[:, 0], x.astype(np.float64).sum(1), rtol=1e-4, atol=1e-4)
     again = rt.launch(big, [x])[0]
     np.testing.assert_array_equal(again, o)       # the variant does not change the bits
+
+
+def test_a_win_that_does_not_repeat_is_not_stored(tmp_path):
+    """A candidate that looked faster once (noise) but loses the final comparison with the
+    default is dropped: the default is stored."""
+    t = Autotuner(cache_root=tmp_path, enabled=True, budget_s=5.0)
+    calls = {"n": 0}
+
+    def run(v):
+        if v.threads == 1:
+            calls["n"] += 1
+            # fast while it is first measured (warm-up + 2 runs), slow from then on
+            time.sleep(0.001 if calls["n"] <= 3 else 0.006)
+        else:
+            time.sleep(0.003)
+
+    assert t.choose("noisy", [("threads", [1])], run) == Variant()
+    assert calls["n"] > 3                           # it was timed again before storing
+    t2 = Autotuner(cache_root=tmp_path, enabled=True)
+    assert t2.lookup("noisy") == Variant()
+
+
+def test_runtime_skips_the_default_team_and_tries_wide_vectors(tmp_path, monkeypatch):
+    from ember.kernel.c import runtime as R
+    rt = R.CpuKernelRuntime(cache_root=tmp_path, autotune=True, num_threads=2)
+    if not rt.available():
+        pytest.skip(rt.why_unavailable())
+    seen = []
+
+    def choose(key, axes, run, default=Variant()):
+        seen.extend(axes)
+        for field, values in axes:          # every candidate builds and runs
+            for val in values:
+                run(Variant(**{field: val}))
+        return Variant(wide=True) if R._has_avx512() else default
+    monkeypatch.setattr(rt.autotuner, "choose", choose)
+    k = _kernel((1 << 20,))
+    p = rt.compile(k)
+    x = np.arange(1 << 20, dtype=np.float32)
+    (o,) = rt.launch(p, [x])
+    axes = dict(seen)
+    assert 2 not in axes["threads"]            # the default's team on a big kernel
+    assert 1 in axes["threads"]
+    assert ("wide" in axes) == R._has_avx512()
+    assert p.variant.wide == R._has_avx512()
+    np.testing.assert_array_equal(o, x * np.float32(2) + np.float32(1))

@@ -437,7 +437,8 @@ def test_variants_same_results(rt):
     k = ir.Elementwise(a.shape, views, (ir.Load(0, dt.f32) * 2.0 + 1.0,), (dt.f32,))
     ref = a * np.float32(2.0) + np.float32(1.0)
     from ember.kernel.autotune import Variant
-    for v in (Variant(), Variant(idx32=True), Variant(unroll=4), Variant(threads=2, chunk=7)):
+    for v in (Variant(), Variant(idx32=True), Variant(unroll=4), Variant(threads=2, chunk=7),
+              Variant(wide=True)):
         p = rt.compile(k, v)
         out = np.empty(a.shape, np.float32)
         rt.launch_into(p, [a], [], [out])

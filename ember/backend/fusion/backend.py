@@ -15,8 +15,11 @@ inner backend's own, and results are those of the inner backend.
 """
 from __future__ import annotations
 
+import os
 import threading
 import weakref
+
+import numpy as np
 
 from ... import dtype as dt
 from ...errors import AutodiffError
@@ -24,9 +27,9 @@ from ...ops.registry import OPS
 from ..base import Backend
 from . import runtime as _rt
 from .cache import PlanCache
-from .stats import add as _stat_add
+from .stats import OP_COUNTS as _OPS
 from .planner import EW, RED, VIEW
-from .stream import FusionPrim, Node, Stream
+from .stream import _SIGS, FusionPrim, Stream, numel, sig_of
 
 _EW_CATEGORIES = frozenset({"unary", "binary", "cast", "other"})
 _VIEWS = frozenset({"reshape", "expand", "permute", "slice", "unfold"})
@@ -34,17 +37,60 @@ _REDUCTIONS = frozenset({"sum", "prod", "max", "min"})
 _HALF = (dt.float16, dt.bfloat16)
 
 
-def _akey(attrs):
-    return tuple(attrs.items()) if attrs else ()
+#: below this many elements a fusable op with ready inputs runs on the inner backend
+DEFAULT_MIN_NUMEL = 4096
+#: a flushed stream part that is a single op runs on the inner backend below this many
+#: elements (a kernel fusing one op only wins when it is large enough to run threaded)
+SINGLE_OP_MIN = 1 << 17
+
+
+def _min_numel(v) -> int:
+    if v is None:
+        env = os.environ.get("EMBER_FUSION_MIN_NUMEL", "")
+        try:
+            v = int(env) if env else DEFAULT_MIN_NUMEL
+        except ValueError:
+            raise ValueError(f"EMBER_FUSION_MIN_NUMEL={env!r}: expected a whole number of "
+                             f"elements (0 fuses every op)") from None
+    v = int(v)
+    if v < 0:
+        raise ValueError(f"Fusion: min_numel must be >= 0, got {v}")
+    return v
+
+
+def _shape_of(p):
+    return p.node.shape if type(p) is FusionPrim else tuple(getattr(p, "shape", ()))
+
+
+def _transposes(prims, n) -> bool:
+    """Whether an input of ``n`` elements (as many as the output) is laid out other than
+    row-major: a kernel, which writes row-major, would copy it transposed, where NumPy keeps
+    the input's memory order."""
+    for p in prims:
+        if type(p) is np.ndarray and p.size == n and not p.flags.c_contiguous:
+            return True
+    return False
+
+
+def _inputs(prims):
+    """A recorded node's inputs: pending nodes, else values (call with the stream's lock)."""
+    return tuple([(p.node if p.node.value is None else p.node.value)
+                  if type(p) is FusionPrim else p for p in prims])
 
 
 class Fusion(Backend):
     """``Fusion(inner)``: lazy recording and generated kernels over ``inner``'s kernel
     runtime. ``runtime`` picks it: ``"auto"`` (``inner.kernel_runtime``, overridable with
     ``EMBER_FUSION_RUNTIME``), ``"interpret"`` (the IR interpreter, for tests) or ``"none"``.
+
+    ``min_numel``: a fusable op whose inputs are all ready and whose tensors have fewer
+    elements runs at once on the inner backend, unrecorded -- on tensors that small a kernel
+    launch costs more than the op -- and so does a flushed stream part that is one op on
+    fewer than ``SINGLE_OP_MIN`` elements. ``None``: ``EMBER_FUSION_MIN_NUMEL``, else
+    `DEFAULT_MIN_NUMEL`; ``0`` records and fuses every op (what the fusion tests use).
     """
 
-    def __init__(self, inner: Backend, runtime: str = "auto"):
+    def __init__(self, inner: Backend, runtime: str = "auto", min_numel: int | None = None):
         if inner.is_autodiff:
             raise AutodiffError(f"Fusion: wrap the backend before Autodiff, as "
                                 f"Autodiff(Fusion({inner.inner.describe()})); "
@@ -53,10 +99,22 @@ class Fusion(Backend):
         self.inner = inner
         self.kind = inner.kind
         self.runtime = _rt.resolve(inner, runtime)
+        self.min_numel = _min_numel(min_numel)
+        #: a flushed part that is a single op on fewer elements runs on the inner backend
+        self.single_below = max(self.min_numel, SINGLE_OP_MIN) if self.min_numel else 0
         self.plans = PlanCache()
         self._local = threading.local()
         self._kinds = {}
+        self._small = {}      # shape -> whether ops of that size run on the inner backend
+        self._small_red = {}  # input shape -> True: reductions of it run there
+        #: Sigs of ops last flushed alone, with ready inputs: such ops run on the inner
+        #: backend at once (the same computation, without recording and planning)
+        self.alone = set()
         self.execute = self._execute_fused if self.runtime is not None else self._passthrough
+        #: user kernels registered on the inner backend (by op name): those ops are not fused
+        self._custom = getattr(inner, "custom_kernels", None)
+        if self._custom is not None and self.runtime is not None:
+            self.execute = self._execute_custom_aware
 
     def describe(self):
         return f"fusion({self.inner.describe()})"
@@ -97,50 +155,149 @@ class Fusion(Backend):
         kind = self._kinds.get(op)
         if kind is None:
             kind = self._classify(op)
-        if not kind or 0 in meta[0]:
+        for p in prims:
+            if type(p) is FusionPrim:
+                break
+        else:
+            # every input is a ready inner primitive (or a Python scalar): the common path
+            if kind is EW:
+                small = self._small.get(meta[0])
+                if small is None:
+                    small = self._is_small(meta[0])
+                if small:
+                    # small tensors: the inner op costs less than recording it and a kernel
+                    _OPS[0] += 1
+                    dev = device.inner
+                    return dev._execute(op, prims, attrs, meta, dev)
+            elif kind is VIEW:
+                # a view of a ready value is the inner backend's own view: no kernel, no copy
+                dev = device.inner
+                return dev._execute(op, prims, attrs, meta, dev)
+            elif not kind:
+                _OPS[1] += 1
+                dev = device.inner
+                return dev._execute(op, prims, attrs, meta, dev)
+            elif self._small_red.get(getattr(prims[0], "shape", None)):
+                # a reduction of a ready input below the single-op size: there is no
+                # prologue to fuse, and the inner reduction over several dims is one pass
+                # (kernels: one per dim)
+                _OPS[0] += 1
+                dev = device.inner
+                return dev._execute(op, prims, attrs, meta, dev)
+            return self._record(op, kind, prims, None, attrs, meta, device)
+        # some inputs are Fusion handles (pending, or holding their values)
+        if not kind:
             return self._inner(op, prims, attrs, meta, device)
-        stream = self._stream()
-        # values pending in another thread's stream are materialized first, under that
-        # stream's lock (never while holding ours)
+        try:
+            stream = self._local.stream
+        except AttributeError:
+            stream = self._stream()
+        pending = False
+        ins = []
         for p in prims:
             if type(p) is FusionPrim:
                 n = p.node
-                if n.value is None and n.stream is not stream:
+                if n.value is None:
+                    if n.stream is stream:
+                        pending = True
+                        ins.append(n)
+                        continue
+                    # pending in another thread's stream: materialized first, under that
+                    # stream's lock (never while holding ours)
                     n.stream.materialize(n)
+                ins.append(n.value)
+            else:
+                ins.append(p)
+        # (a pending node that another thread flushes meanwhile is read through its value)
+        ins = tuple(ins)
+        if not pending:
+            # every input is ready: as in the common path
+            if kind is VIEW or (kind is EW and self._is_small(meta[0])):
+                if kind is EW:
+                    _OPS[0] += 1
+                dev = device.inner
+                return dev._execute(op, ins, attrs, meta, dev)
+            return self._record(op, kind, ins, None, attrs, meta, device)
+        if kind is EW:
+            shape = meta[0]
+            if self.min_numel and len(shape) > 1 and _transposes(ins, numel(shape)):
+                # a kernel would copy a full-size input transposed: inner op instead
+                return self._inner(op, prims, attrs, meta, device, True)
+            if 0 not in shape:
+                # recorded, to fuse with what computes its pending inputs
+                k = (EW, op, tuple(attrs.items()) if attrs else (), shape, meta[1])
+                sig = _SIGS.get(k)
+                if sig is None:
+                    sig = sig_of(*k)
+                with stream.lock:
+                    return stream.record(sig, ins, device.inner)
+        return self._record(op, kind, prims, stream, attrs, meta, device)
+
+    def _execute_custom_aware(self, op, prims, attrs, meta, device):
+        """``_execute_fused``, except that an op with a user kernel registered on the inner
+        backend runs there (its inputs materialized), so the user's kernel runs as it is."""
+        if self._custom and op.name in self._custom:
+            return self._inner(op, prims, attrs, meta, device)
+        return self._execute_fused(op, prims, attrs, meta, device)
+
+    def _is_small(self, shape) -> bool:
+        """Whether ops on tensors of ``shape`` run at once on the inner backend."""
+        small = numel(shape) < self.min_numel
+        if len(self._small) > 4096:
+            self._small.clear()
+        self._small[shape] = small
+        return small
+
+    def _record(self, op, kind, prims, stream, attrs, meta, device):
+        """Record ``op`` in this thread's stream; ``stream`` is None when every input is
+        ready, and then small ops, ops that last ran alone and ops that would transpose a
+        full-size input run at once on the inner backend, as do ops whose kernel cannot be
+        built (empty tensors, bool max/min ...)."""
+        shape = meta[0]
+        if 0 in shape:
+            return self._inner(op, prims, attrs, meta, device)
         if kind is RED:
             p = prims[0]
             if type(p) is FusionPrim:
-                shape, xd = p.node.shape, p.node.dtype
+                xshape, xd = p.node.shape, p.node.dtype
             else:
-                shape, xd = tuple(getattr(p, "shape", ())), dt.from_numpy(p.dtype)
+                xshape, xd = tuple(getattr(p, "shape", ())), dt.from_numpy(p.dtype)
             name = op.name
             if name in ("sum", "prod") and (xd in _HALF or xd is dt.bool_):
                 acc = dt.float32 if xd in _HALF else dt.int64
             else:
                 acc = xd
-            if 0 in shape or (name in ("max", "min") and xd is dt.bool_) or (
+            if stream is None and numel(xshape) < self.single_below:
+                # a small ready input (see the common path in _execute_fused)
+                if len(self._small_red) > 4096:
+                    self._small_red.clear()
+                self._small_red[xshape] = True
+                return self._inner(op, prims, attrs, meta, device, True)
+            if 0 in xshape or (name in ("max", "min") and xd is dt.bool_) or (
                     (acc is not xd or acc is not meta[1]) and OPS["cast"].expr is None):
                 return self._inner(op, prims, attrs, meta, device)
-        elif kind is VIEW:
-            p = prims[0]
-            if type(p) is not FusionPrim or p.node.value is not None or 0 in p.node.shape:
-                # a view of a ready value is the inner backend's own view: no kernel, no copy
+            if stream is None:
+                stream = self._stream()
+            with stream.lock:
+                return self._record_reduce(stream, op, _inputs(prims)[0], xshape, xd, acc,
+                                           attrs, meta, device)
+        k = (kind, op, tuple(attrs.items()) if attrs else (), shape, meta[1])
+        sig = _SIGS.get(k)
+        if sig is None:
+            sig = sig_of(*k)
+        if stream is None:
+            if sig in self.alone or (len(shape) > 1 and _transposes(prims, sig.numel)):
+                _OPS[0] += 1
                 dev = device.inner
-                return dev._execute(op, (_value(p) if type(p) is FusionPrim else p,), attrs,
-                                    meta, dev)
+                return dev._execute(op, prims, attrs, meta, dev)
+            try:
+                stream = self._local.stream
+            except AttributeError:
+                stream = self._stream()
+            with stream.lock:
+                return stream.record(sig, prims, device.inner, nodes=False)
         with stream.lock:
-            ins = []
-            for p in prims:
-                if type(p) is FusionPrim:
-                    n = p.node
-                    ins.append(n if n.value is None else n.value)
-                else:
-                    ins.append(p)
-            if kind is RED:
-                return self._record_reduce(stream, op, ins[0], shape, xd, acc, attrs, meta,
-                                           device)
-            return stream.record(kind, op, attrs, _akey(attrs), tuple(ins), meta[0], meta[1],
-                                 device.inner)
+            return stream.record(sig, _inputs(prims), device.inner)
 
     def _record_reduce(self, stream, op, x, shape, xd, acc, attrs, meta, device):
         name = op.name
@@ -149,37 +306,34 @@ class Fusion(Backend):
         cur = x
         recorded = False
         if acc is not xd:
-            a = {"dtype": acc}
-            cur = stream.record(EW, cast, a, _akey(a), (cur,), shape, acc, dev, handle=False)
+            cur = stream.record(sig_of(EW, cast, (("dtype", acc),), shape, acc), (cur,), dev,
+                                handle=False)
             recorded = True
         cur_shape = shape
         for d in reversed(attrs["dims"]):
             if cur_shape[d] == 1:
                 continue
             cur_shape = cur_shape[:d] + (1,) + cur_shape[d + 1:]
-            a = {"axis": d}
-            cur = stream.record(RED, name, a, (("axis", d),), (cur,), cur_shape, acc, dev,
+            cur = stream.record(sig_of(RED, name, (("axis", d),), cur_shape, acc), (cur,), dev,
                                 handle=False)
             recorded = True
         out_shape, out_dtype = meta
-        reshape = OPS["reshape"]
         if cur_shape != out_shape or not recorded:
-            a = {"shape": out_shape}
-            cur = stream.record(VIEW, reshape, a, _akey(a), (cur,), out_shape, acc, dev,
-                                handle=False)
+            cur = stream.record(sig_of(VIEW, OPS["reshape"], (("shape", out_shape),),
+                                       out_shape, acc), (cur,), dev, handle=False)
         if acc is not out_dtype:
-            a = {"dtype": out_dtype}
-            cur = stream.record(EW, cast, a, _akey(a), (cur,), out_shape, out_dtype, dev,
-                                handle=False)
+            cur = stream.record(sig_of(EW, cast, (("dtype", out_dtype),), out_shape,
+                                       out_dtype), (cur,), dev, handle=False)
         prim = FusionPrim(cur)
         cur.ref = weakref.ref(prim)
         return prim
 
-    def _inner(self, op, prims, attrs, meta, device):
-        """Run ``op`` on the inner backend, materializing pending inputs."""
-        vals = tuple(_value(p) if type(p) is FusionPrim else p for p in prims)
+    def _inner(self, op, prims, attrs, meta, device, eager=False):
+        """Run ``op`` on the inner backend, materializing pending inputs (``eager``: a
+        fusable op that runs there because a kernel would not pay)."""
+        vals = tuple([_value(p) if type(p) is FusionPrim else p for p in prims])
         dev = device.inner
-        _stat_add("inner_ops")
+        _OPS[0 if eager else 1] += 1
         return dev._execute(op, vals, attrs, meta, dev)
 
     # -- data -----------------------------------------------------------------------------

@@ -1,41 +1,34 @@
 """The plan cache: plans (with their compiled kernels) keyed by a stream's structure.
 
-A key holds, per node in recording order: its kind, op, static args, shape, dtype, inputs as
-relative ids (earlier nodes by position, external buffers by first appearance, scalars as
-placeholders) and whether its value is needed afterwards; and per external buffer its shape,
-dtype and strides. Values never enter a key: a training step that repeats replays its plans
-without planning or compiling.
+A key holds, per node in recording order: its structure id (kind, op, static args, shape,
+dtype; interned when the node is recorded), its inputs as relative ids (earlier nodes by
+position, external buffers by first appearance, scalars as placeholders) and whether its
+value is needed afterwards; and per external buffer its shape, dtype and strides. Values
+never enter a key: a training step that repeats replays its plans without planning or
+compiling.
+
+A hit is one dict lookup, without a lock; when the cache is full the oldest plan goes.
 """
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 
 MAX_PLANS = 1024
 
 
 class PlanCache:
     def __init__(self, size: int = MAX_PLANS):
-        self._d = OrderedDict()
+        self._d = {}
         self._lock = threading.Lock()
         self._size = size
-
-    def get(self, key):
-        d = self._d
-        plan = d.get(key)
-        if plan is not None:
-            with self._lock:
-                try:
-                    d.move_to_end(key)
-                except KeyError:
-                    pass
-        return plan
+        self.get = self._d.get
 
     def put(self, key, plan):
         with self._lock:
-            self._d[key] = plan
-            if len(self._d) > self._size:
-                self._d.popitem(last=False)
+            d = self._d
+            d[key] = plan
+            while len(d) > self._size:
+                del d[next(iter(d))]
 
     def clear(self):
         with self._lock:

@@ -197,11 +197,9 @@ class Planner:
                 if self.strict >= 2:
                     raise
                 raise _Fallback(pos) from None
-            e = ir.cast(e, n.dtype)
-            if n.dtype in _HALF:
-                # round as the unfused op does, so fused and unfused results agree
-                e = ir.Cast(e, n.dtype)
-            return e
+            # f16/bf16 results are rounded (ir.cast) as the unfused op rounds them, so fused
+            # and unfused results agree
+            return ir.cast(e, n.dtype)
         if n.kind == VIEW:
             x = n.ins[0]
             xs = self.shape_of(x)
@@ -398,9 +396,13 @@ def _finish_red(shape, axis, views, pro, op, epi, out_dtype, args, broadcast):
 
 
 def _arg_refs(args):
-    """(scalar index, rounding type or None) per kernel arg: a scalar of an f16/bf16 op is
-    rounded to that dtype first, as NumPy does with a weak scalar."""
-    return [(j, d.np.type if d in _HALF else None) for j, _, d in args]
+    """(scalar index, rounding type or None) per kernel arg: a scalar of an f16 op is rounded
+    to f16 first, as NumPy does with a weak scalar; a bf16 op's to f32 only (NumPy computes
+    ``bf16_array * python_float`` in f32: ml_dtypes takes no part in weak promotion)."""
+    return [(j, _SCALAR_ROUND.get(d)) for j, _, d in args]
+
+
+_SCALAR_ROUND = {dt.float16: dt.float16.np.type, dt.bfloat16: dt.float32.np.type}
 
 
 class Plan:

@@ -1,30 +1,83 @@
-"""Fusion counters (`em.fusion.stats()`) and the plan log (``EMBER_FUSION_LOG=1``)."""
+"""Fusion counters (`em.fusion.stats()`) and the plan log (``EMBER_FUSION_LOG=1``).
+
+Counting is on the hot path of every op, so each thread counts into its own `Counts` without
+a lock (`counts()`); `stats()` sums the threads' counters, and those of finished threads.
+"""
 from __future__ import annotations
 
 import os
 import sys
 import threading
+import weakref
 
-_lock = threading.Lock()
-_FIELDS = ("kernels", "inner_ops", "recorded_ops", "flushes", "plan_cache_hits",
+_FIELDS = ("kernels", "inner_ops", "eager_ops", "recorded_ops", "flushes", "plan_cache_hits",
            "plan_cache_misses", "compiles", "compile_time_s", "plan_time_s",
            "buffers_reused")
-_counts = dict.fromkeys(_FIELDS, 0)
-_counts["compile_time_s"] = 0.0
-_counts["plan_time_s"] = 0.0
+
+
+class Counts:
+    """One thread's counters (plain attributes: ``counts().kernels += 1``)."""
+    __slots__ = _FIELDS
+
+    def __init__(self):
+        self.zero()
+
+    def zero(self):
+        for k in _FIELDS:
+            setattr(self, k, 0.0 if k.endswith("_s") else 0)
+
+
+#: the per-op counters ``eager_ops`` and ``inner_ops``, bumped without a lock or a thread
+#: lookup (``OP_COUNTS[0] += 1``); several threads running ops at once may lose a count
+OP_COUNTS = [0, 0]
+
+_lock = threading.Lock()
+_live = set()              # the Counts of running threads
+_retired = Counts()        # the sum over finished threads
+_local = threading.local()
+
+
+class _Holder:
+    """Lives in one thread's locals: when the thread ends, its counts are folded into
+    ``_retired``."""
+    __slots__ = ("c", "__weakref__")
+
+
+def _retire(c):
+    with _lock:
+        _live.discard(c)
+        for k in _FIELDS:
+            setattr(_retired, k, getattr(_retired, k) + getattr(c, k))
+
+
+def counts() -> Counts:
+    """This thread's counters."""
+    try:
+        return _local.h.c
+    except AttributeError:
+        h = _Holder()
+        h.c = c = Counts()
+        with _lock:
+            _live.add(c)
+        weakref.finalize(h, _retire, c)
+        _local.h = h
+        return c
 
 
 def add(field: str, n=1) -> None:
-    with _lock:
-        _counts[field] += n
+    c = counts()
+    setattr(c, field, getattr(c, field) + n)
 
 
 def stats() -> dict:
-    """Counters since the process started (or the last `reset_stats`):
+    """Counters since the process started (or the last `reset_stats`), over all threads:
 
     * ``kernels``: generated kernels launched;
     * ``inner_ops``: ops that ran on the inner backend instead (ops fusion cannot hold:
       matmul, conv, sort, indexing ..., and everything when no kernel runtime is available);
+    * ``eager_ops``: fusable ops run at once on the inner backend, because their tensors are
+      too small for a kernel to pay off (see ``Fusion(min_numel=...)``) or because their
+      stream part was a single small op;
     * ``recorded_ops``: ops recorded lazily; ``flushes``: times a stream was planned;
     * ``plan_cache_hits`` / ``plan_cache_misses``: flushes that reused a cached plan (and its
       compiled kernels) / that had to plan;
@@ -34,13 +87,18 @@ def stats() -> dict:
       held any more.
     """
     with _lock:
-        return dict(_counts)
+        every = list(_live) + [_retired]
+    out = {k: sum(getattr(c, k) for c in every) for k in _FIELDS}
+    out["eager_ops"] += OP_COUNTS[0]
+    out["inner_ops"] += OP_COUNTS[1]
+    return out
 
 
 def reset_stats() -> None:
     with _lock:
-        for k in _FIELDS:
-            _counts[k] = 0.0 if k.endswith("_s") else 0
+        for c in list(_live) + [_retired]:
+            c.zero()
+        OP_COUNTS[0] = OP_COUNTS[1] = 0
 
 
 def log_enabled() -> bool:

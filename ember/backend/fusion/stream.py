@@ -10,6 +10,9 @@ lock; recording never holds two stream locks, so streams cannot deadlock.
 """
 from __future__ import annotations
 
+import functools
+import itertools
+import math
 import sys
 import threading
 import time
@@ -23,29 +26,71 @@ from ...ops.registry import OPS
 from . import stats as S  # the module (the package re-exports stats() the function)
 from .lower import split_broadcast
 from .planner import RED, PNode, Planner, _KernelStep, strict_mode
+from ...kernel.buffer_pool import default_pool
+
+# a kernel output in pooled memory: reusable in place when no other view reaches its block
+_pool_sole_view = default_pool().owns_exclusively
 
 MAX_PENDING = 256
 _PY_SCALARS = (float, int, bool)
 
+# A node's structure -- kind, op, static args, shape, dtype -- is interned as a `Sig` when it
+# is recorded; its small int id stands for it in plan-cache keys, so that a key is a flat
+# tuple of ints that hashes fast. Ids are never reused (the table is cleared when it grows
+# large; keys made of old ids then simply miss).
+_SIGS: dict = {}
+_SIG_IDS = itertools.count(1)
+MAX_SIGS = 1 << 16
+
+
+class Sig:
+    __slots__ = ("id", "kind", "op", "akey", "shape", "dtype", "attrs", "numel")
+
+    def __init__(self, kind, op, akey, shape, dtype):
+        self.id = next(_SIG_IDS)
+        self.kind, self.op, self.akey, self.shape, self.dtype = kind, op, akey, shape, dtype
+        self.attrs = dict(akey)
+        self.numel = numel(shape)
+
+
+def sig_of(kind, op, akey, shape, dtype) -> Sig:
+    k = (kind, op, akey, shape, dtype)
+    s = _SIGS.get(k)
+    if s is None:
+        if len(_SIGS) >= MAX_SIGS:
+            _SIGS.clear()
+        s = _SIGS.setdefault(k, Sig(kind, op, akey, shape, dtype))
+    return s
+
+
+_NUMELS: dict = {}
+
+
+def numel(shape) -> int:
+    n = _NUMELS.get(shape)
+    if n is None:
+        if len(_NUMELS) > 4096:
+            _NUMELS.clear()
+        n = _NUMELS[shape] = math.prod(shape)
+    return n
+
 
 class Node:
-    __slots__ = ("kind", "op", "attrs", "akey", "inputs", "shape", "dtype", "stream", "ref",
-                 "value", "nusers", "seq", "dev", "__weakref__")
+    """One recorded op: ``sig`` (its `Sig`), ``inputs`` (each a `Node`, an inner primitive
+    or a Python scalar; None once flushed or dropped), ``value`` (the inner primitive once
+    materialized), ``ref`` (a weak reference to its `FusionPrim` handle, if any), ``nusers``
+    (pending nodes reading it), ``stream``, ``dev`` (the inner device) and ``seq`` (its
+    place in the stream). Made by `Stream.record`."""
+    __slots__ = ("sig", "inputs", "stream", "ref", "value", "nusers", "seq", "dev",
+                 "__weakref__")
 
-    def __init__(self, kind, op, attrs, akey, inputs, shape, dtype, stream, dev, seq):
-        self.kind = kind
-        self.op = op            # registry Op (ew, view) or "sum"/"prod"/"max"/"min" (red)
-        self.attrs = attrs
-        self.akey = akey        # hashable form of attrs
-        self.inputs = inputs    # Node | inner primitive | Python scalar; None once flushed
-        self.shape = shape
-        self.dtype = dtype
-        self.stream = stream
-        self.ref = None         # weakref to the FusionPrim handle, if any
-        self.value = None       # the inner primitive once materialized
-        self.nusers = 0         # pending nodes reading this one
-        self.seq = seq
-        self.dev = dev          # the inner device
+    kind = property(lambda self: self.sig.kind)
+    op = property(lambda self: self.sig.op,
+                  doc='registry Op (ew, view) or "sum"/"prod"/"max"/"min" (red)')
+    akey = property(lambda self: self.sig.akey, doc="the static args, hashable")
+    attrs = property(lambda self: self.sig.attrs)
+    shape = property(lambda self: self.sig.shape)
+    dtype = property(lambda self: self.sig.dtype)
 
     @property
     def name(self):
@@ -81,7 +126,25 @@ def _alive(n) -> bool:
     return r is not None and r() is not None
 
 
+_new = object.__new__
+_wref = weakref.ref
+
+
+def _seq_of(n):
+    return n.seq
+
+
+class _Entry:
+    """A cached plan with what running it needs: per step a tuple for `_run`, and the
+    external buffers that must be copied first (strides not a multiple of the itemsize)."""
+    __slots__ = ("plan", "steps", "copies", "n_nodes")
+
+
 class Stream:
+    """One thread's pending ops for one Fusion backend. ``lock`` guards it: the owning
+    thread records under it, and another thread that needs a pending value flushes under
+    it."""
+
     def __init__(self, backend):
         self.backend = backend
         self.lock = threading.RLock()
@@ -89,19 +152,29 @@ class Stream:
         self._seq = 0
 
     # -- recording (the caller holds self.lock) --------------------------------------------
-    def record(self, kind, op, attrs, akey, inputs, shape, dtype, dev, handle=True):
+    def record(self, sig, inputs, dev, handle=True, nodes=True):
+        """Record a node; ``nodes=False`` promises that no input is a `Node`."""
         self._seq += 1
-        node = Node(kind, op, attrs, akey, inputs, shape, dtype, self, dev, self._seq)
-        for x in inputs:
-            if type(x) is Node:
-                x.nusers += 1
-        self.pending[node] = None
-        S.add("recorded_ops")
+        node = _new(Node)
+        node.sig = sig
+        node.inputs = inputs
+        node.stream = self
+        node.dev = dev
+        node.seq = self._seq
+        node.value = node.ref = None
+        node.nusers = 0
+        if nodes:
+            for x in inputs:
+                if type(x) is Node:
+                    x.nusers += 1
+        pend = self.pending
+        pend[node] = None
         if not handle:
             return node
-        prim = FusionPrim(node)
-        node.ref = weakref.ref(prim)
-        if len(self.pending) > MAX_PENDING:
+        prim = _new(FusionPrim)
+        prim.node = node
+        node.ref = _wref(prim)
+        if len(pend) > MAX_PENDING:
             self.flush_alive()
         return prim
 
@@ -123,56 +196,171 @@ class Stream:
     def flush_alive(self, also=None):
         """Materialize every pending node still wanted (and ``also``); drop the dead rest."""
         with self.lock:
-            targets = [n for n in self.pending if n is also or _alive(n)]
+            pend = self.pending
+            if not pend:
+                return
+            targets = [n for n in pend
+                       if n is also or ((r := n.ref) is not None and r() is not None)]
             if targets:
-                self.flush(targets)
-            for n in self.pending:
-                n.inputs = None
-            self.pending.clear()
+                # every pending node: those no target needs are dead and get no kernel
+                self.flush(targets, list(pend))
+            if pend:
+                S.counts().recorded_ops += len(pend)
+                for n in pend:
+                    n.inputs = None
+                pend.clear()
 
-    def flush(self, targets):
-        # the pending nodes the targets depend on, in recording order
-        sub, seen, stack = [], set(), list(targets)
-        while stack:
-            n = stack.pop()
-            if n in seen:
-                continue
-            seen.add(n)
-            sub.append(n)
-            for x in n.inputs:
-                if type(x) is Node and x.value is None:
-                    stack.append(x)
-        sub.sort(key=lambda n: n.seq)
-        parts, ins_all, outs, ext_vals, ext_sig, scalars, raw = _describe(sub, targets)
-        key = (parts, ext_sig)
-        backend = self.backend
-        S.add("flushes")
-        try:
-            plan = backend.plans.get(key)
-            if plan is None:
-                S.add("plan_cache_misses")
-                t0 = time.perf_counter()
-                pnodes = [PNode(n.kind, n.op, n.attrs, n.shape, n.dtype, ins_all[i], outs[i])
-                          for i, n in enumerate(sub)]
-                plan = Planner(pnodes, ext_sig, strict=strict_mode()).plan()
-                S.add("plan_time_s", time.perf_counter() - t0)
-                _compile(plan, backend.runtime)
-                if S.log_enabled():
-                    _log_plan(plan, sub, backend.runtime)
-                backend.plans.put(key, plan)
+    def flush(self, targets, sub=None):
+        """Compute the targets (pending nodes of this stream) and what they need, ``sub``
+        (default: found from the targets), in recording order."""
+        pend = self.pending
+        if sub is None:
+            seen, stack = set(), list(targets)
+            while stack:
+                n = stack.pop()
+                if n in seen:
+                    continue
+                seen.add(n)
+                for x in n.inputs:
+                    if type(x) is Node and x.value is None:
+                        stack.append(x)
+            if len(seen) * 4 >= len(pend):
+                sub = [n for n in pend if n in seen]
             else:
-                S.add("plan_cache_hits")
-            vals = _run(plan, sub, ext_vals, scalars, backend.runtime, raw)
+                sub = sorted(seen, key=_seq_of)
+        backend = self.backend
+        c = S.counts()
+        c.recorded_ops += len(sub)
+        if len(sub) == 1 and sub[0].sig.numel < backend.single_below:
+            # one small op: the inner backend runs it faster than a kernel launch, and
+            # later ops of its structure with ready inputs go there at once
+            n = sub[0]
+            alone = backend.alone
+            if len(alone) > 4096:
+                alone.clear()
+            alone.add(n.sig)
+            n.value = _run_inner(n, [x.value if type(x) is Node else x for x in n.inputs],
+                                 "eager_ops")
+            n.inputs = None
+            del pend[n]
+            return
+        # the plan-cache key: per node its structure id, its number of inputs and each as a
+        # relative id (earlier nodes by position >= 0, external buffers -1-2k, scalars
+        # -2-2j), and whether it is needed afterwards; per external buffer its shape, dtype
+        # and strides
+        pos = {}
+        flat = []
+        internal = [0] * len(sub)
+        ext_vals, ext_key, ext_ids, scalars, raw = [], [], {}, [], []
+        i = 0
+        for n in sub:
+            pos[n] = i
+            i += 1
+            ins = n.inputs
+            flat.append(n.sig.id)
+            flat.append(len(ins))
+            for x in ins:
+                t = type(x)
+                if t is Node:
+                    p = pos.get(x)
+                    if p is not None:
+                        internal[p] += 1
+                        flat.append(p)
+                        continue
+                    v = x.value
+                    direct = False
+                elif t is float or t is int or t is bool:
+                    flat.append(-2 - 2 * len(scalars))
+                    scalars.append(x)
+                    continue
+                else:
+                    v = x
+                    direct = True
+                k = ext_ids.get(id(v))
+                if k is None:
+                    k = len(ext_vals)
+                    ext_ids[id(v)] = k
+                    if type(v) is not np.ndarray:
+                        v = backend.inner.as_array(v)   # NdArray: NumPy scalars -> arrays
+                    ext_vals.append(v)
+                    ext_key.append((v.shape, v.dtype, v.strides))
+                    raw.append(1 if direct else -1)
+                elif direct and raw[k] >= 0:
+                    raw[k] += 1
+                else:
+                    # a buffer reached through a node's value is never reused in place
+                    raw[k] = -1
+                flat.append(-1 - 2 * k)
+        tset = targets if len(targets) < 4 else set(targets)
+        outs = tuple([n in tset or ((r := n.ref) is not None and r() is not None)
+                      or n.nusers > internal[j] for j, n in enumerate(sub)])
+        key = (tuple(flat), outs, tuple(ext_key))
+        x = v = r = None        # no stray references: buffer reuse counts them
+        c.flushes += 1
+        E = len(ext_vals)
+        try:
+            entry = backend.plans.get(key)
+            if entry is None:
+                c.plan_cache_misses += 1
+                entry = _new_entry(sub, targets, backend, ext_vals)
+                backend.plans.put(key, entry)
+            else:
+                c.plan_cache_hits += 1
+            for k in entry.copies:
+                ext_vals[k] = backend.inner.ascontiguous(ext_vals[k])
+            _run(entry, sub, ext_vals, scalars, backend.runtime, raw, c)
+            vals = ext_vals
         except Exception as e:
             if strict_mode():
                 raise
             _warn_once(e)
-            vals = _run_unfused(sub, ins_all, ext_vals, scalars)
-        for i, n in enumerate(sub):
-            if outs[i]:
-                n.value = vals[i]
+            _, ins_all, _, exts, _, scalars, _ = _describe(sub, targets)
+            vals = _run_unfused(sub, ins_all, exts, scalars)
+            E = 0
+        for j, n in enumerate(sub):
+            if outs[j]:
+                n.value = vals[E + j]
             n.inputs = None
-            self.pending.pop(n, None)
+            del pend[n]
+
+
+def _new_entry(sub, targets, backend, raw_vals) -> _Entry:
+    """Plan ``sub`` (a plan-cache miss) and compile its kernels; ``raw_vals`` are its
+    external buffers as the key saw them."""
+    parts, ins_all, outs, ext_vals, ext_sig, scalars, raw = _describe(sub, targets)
+    t0 = time.perf_counter()
+    pnodes = [PNode(n.kind, n.op, n.attrs, n.shape, n.dtype, ins_all[i], outs[i])
+              for i, n in enumerate(sub)]
+    plan = Planner(pnodes, ext_sig, strict=strict_mode()).plan()
+    S.add("plan_time_s", time.perf_counter() - t0)
+    _compile(plan, backend.runtime)
+    if S.log_enabled():
+        _log_plan(plan, sub, backend.runtime)
+    e = _Entry()
+    e.plan = plan
+    e.n_nodes = n = len(sub)
+    e.copies = tuple(k for k, v in enumerate(raw_vals)
+                     if any(x % v.itemsize for x in v.strides))
+    E = len(ext_sig)
+    runtime = backend.runtime
+    launcher = getattr(runtime, "launcher", None)
+    steps = []
+    for s in plan.steps:
+        if type(s) is _KernelStep:
+            idx = tuple(E + r if type(r) is not tuple else r[1] for r in s.in_refs)
+            code = 1 if len(s.programs) == 2 else (2 if s.reuse else 0)
+            # a launcher per program: the key pins the inputs' layouts, so the runtime
+            # checks them once (runtimes without one launch as usual)
+            runs = tuple(launcher(p) if launcher is not None else
+                         functools.partial(runtime.launch, p) for p in s.programs)
+            steps.append((code, runs, idx, s.arg_refs,
+                          tuple((E + p, shape) for p, shape in s.outs), s))
+        else:
+            idx = tuple(E + x if type(x) is int else (x[1] if x[0] == "x" else -1 - x[1])
+                        for x in s.node.ins)
+            steps.append((3, None, idx, None, s.pos, s))
+    e.steps = tuple(steps)
+    return e
 
 
 def _describe(sub, targets):
@@ -180,6 +368,7 @@ def _describe(sub, targets):
     ids, which nodes are needed afterwards, the external buffers (values and signatures),
     the scalars, and per external buffer how many pending-node inputs hold it directly."""
     pos = {n: i for i, n in enumerate(sub)}
+    inner = sub[0].dev.backend
     tset = set(targets)
     internal = [0] * len(sub)
     ext_vals, ext_sig, ext_ids, scalars, raw = [], [], {}, [], []
@@ -207,7 +396,7 @@ def _describe(sub, targets):
             if k is None:
                 k = len(ext_vals)
                 ext_ids[id(v)] = k
-                arr, sig = _ext(v)
+                arr, sig = _ext(v, inner)
                 ext_vals.append(arr)
                 ext_sig.append(sig)
                 raw.append(0)
@@ -221,13 +410,14 @@ def _describe(sub, targets):
     return parts, ins_all, outs, ext_vals, tuple(ext_sig), scalars, raw
 
 
-def _ext(v):
-    """An external buffer as an array the kernels can read, and its signature."""
-    arr = v if type(v) is np.ndarray else np.asarray(v)
+def _ext(v, inner):
+    """An external buffer as an array the kernels can read, and its signature (``inner``:
+    the inner backend, which owns the array library)."""
+    arr = v if type(v) is np.ndarray else inner.as_array(v)
     isz = arr.itemsize
     st = arr.strides
     if any(s % isz for s in st):
-        arr = np.ascontiguousarray(arr)
+        arr = inner.ascontiguous(arr)
         st = arr.strides
     return arr, (arr.shape, dt.from_numpy(arr.dtype), tuple(s // isz for s in st))
 
@@ -285,8 +475,8 @@ def _reusable(ext_vals, k, raw, ins) -> bool:
     if raw[k] <= 0:
         return False
     a = ext_vals[k]
-    if type(a) is not np.ndarray or not (a.flags.c_contiguous and a.flags.owndata and
-                                         a.flags.writeable):
+    if type(a) is not np.ndarray or not (a.flags.c_contiguous and a.flags.writeable and
+                                         (a.flags.owndata or _pool_sole_view(a))):
         return False
     n_ins = sum(1 for x in ins if x is a)
     # references: ext_vals, the local ``a``, getrefcount's argument, the pending nodes'
@@ -294,60 +484,59 @@ def _reusable(ext_vals, k, raw, ins) -> bool:
     return sys.getrefcount(a) == 3 + raw[k] + n_ins
 
 
-def _run(plan, sub, ext_vals, scalars, runtime, raw=None):
-    vals = [None] * len(sub)
-    launch = runtime.launch
-    launch_into = getattr(runtime, "launch_into", None) if raw is not None else None
-    for s in plan.steps:
-        if type(s) is _KernelStep:
-            ins = [ext_vals[r[1]] if type(r) is tuple else vals[r] for r in s.in_refs]
-            args = [scalars[j] if r is None else float(r(scalars[j])) for j, r in s.arg_refs]
-            progs = s.programs
-            if len(progs) == 2:       # a broadcast reduction split in two
-                (mid,) = launch(progs[0], ins, args)
-                outs = launch(progs[1], ins + [mid], args)
-                S.add("kernels", 2)
-            elif s.reuse and launch_into is not None and any(
-                    _reusable(ext_vals, k, raw, ins) for _, k in s.reuse):
-                outs = _launch_in_place(s, progs[0], ins, args, ext_vals, raw, launch_into)
-                S.add("kernels")
+def _run(entry, sub, env, scalars, runtime, raw, c):
+    """Run a cached plan. ``env`` holds the external buffers; the nodes' values are appended
+    after them (node ``i`` at ``len(externals) + i``)."""
+    E = len(env)
+    env.extend([None] * entry.n_nodes)
+    for code, runs, idx, arg_refs, outs, s in entry.steps:
+        if code == 3:             # a node the kernels cannot hold, on the inner backend
+            ins = [env[i] if i >= 0 else scalars[-1 - i] for i in idx]
+            n = sub[outs]
+            env[E + outs] = n.dev.backend.ascontiguous(_run_inner(n, ins))
+            continue
+        ins = [env[i] for i in idx]
+        args = [scalars[j] if r is None else float(r(scalars[j])) for j, r in arg_refs] \
+            if arg_refs else ()
+        if code == 0:
+            res = runs[0](ins, args)
+            c.kernels += 1
+        elif code == 1:           # a broadcast reduction split in two
+            (mid,) = runs[0](ins, args)
+            res = runs[1](ins + [mid], args)
+            c.kernels += 2
+        else:                     # outputs may go into dead input buffers
+            launch_into = getattr(runtime, "launch_into", None)
+            for _, k in s.reuse:
+                if raw[k] > 0 and launch_into is not None and _reusable(env, k, raw, ins):
+                    res = _launch_in_place(s, s.programs[0], ins, args, env, raw,
+                                           launch_into, c)
+                    break
             else:
-                outs = launch(progs[0], ins, args)
-                S.add("kernels")
-            for (p, shape), o in zip(s.outs, outs):
-                vals[p] = o if o.shape == shape else o.reshape(shape)
-        else:
-            n = sub[s.pos]
-            ins = []
-            for x in s.node.ins:
-                if type(x) is int:
-                    ins.append(vals[x])
-                elif x[0] == "x":
-                    ins.append(ext_vals[x[1]])
-                else:
-                    ins.append(scalars[x[1]])
-            vals[s.pos] = np.ascontiguousarray(_run_inner(n, ins))
-    return vals
+                res = runs[0](ins, args)
+            c.kernels += 1
+        for (p, shape), o in zip(outs, res):
+            env[p] = o if o.shape == shape else o.reshape(shape)
 
 
-def _launch_in_place(s, prog, ins, args, ext_vals, raw, launch_into):
+def _launch_in_place(s, prog, ins, args, env, raw, launch_into, c):
     """Launch ``s`` writing outputs into dead input buffers read at the same positions."""
     kshape = s.kernel.shape
     outs = [None] * len(s.outs)
     for o, k in s.reuse:
-        if outs[o] is None and _reusable(ext_vals, k, raw, ins):
-            outs[o] = ext_vals[k]
-            S.add("buffers_reused")
+        if outs[o] is None and _reusable(env, k, raw, ins):
+            outs[o] = env[k]
+            c.buffers_reused += 1
     for o, (p, shape) in enumerate(s.outs):
-        if outs[o] is None:
+        if outs[o] is None:   # only NumPy buffers are reused (`_reusable`): NumPy's empty
             outs[o] = np.empty(shape, s.kernel.out_dtypes[o].np)
     launch_into(prog, ins, args, [a.reshape(kshape) for a in outs])
     return outs
 
 
-def _run_inner(n, ins):
+def _run_inner(n, ins, counter="inner_ops"):
     dev = n.dev
-    S.add("inner_ops")
+    S.add(counter)
     if n.kind == RED:
         op = OPS[n.op]
         attrs = {"dims": (n.attrs["axis"],), "keepdim": True}

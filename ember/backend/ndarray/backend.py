@@ -62,6 +62,9 @@ class NdArray(Backend):
     def native(self, prim):
         return np.asarray(prim)
 
+    as_array = staticmethod(np.asarray)
+    ascontiguous = staticmethod(np.ascontiguousarray)
+
     def dlpack_source(self, prim):
         return np.asarray(prim)
 

@@ -27,7 +27,11 @@ Loop structure
   are combined in order; the segments are aligned with the pairwise tree, so results do not
   depend on the thread count (or on splitting at all). A ``broadcast=True`` reduction
   (softmax, layer norm) reduces each row, then sweeps it again writing the epilogue at every
-  position (in split mode the sweep is parallel over the segments too).
+  position (in split mode the sweep is parallel over the segments too). In column mode the
+  epilogue's parts that do not change along the reduced axis (``rsqrt(var + eps)``) are
+  computed once per lane, and an output contiguous along the reduced axis (layer norm after
+  ``swap_dims``) is written through an L1 tile: lanes x rows computed with contiguous reads,
+  then written out with contiguous writes.
 
 Semantics (the contract is `ember.kernel.interpret`'s doc): integer arithmetic wraps (done in
 unsigned types, never signed overflow), int division/remainder by zero give 0,
@@ -84,11 +88,19 @@ DEFAULT_CHUNK = 1 << 14  # elements per work item when the launch passes 0
 class Options:
     """Compile-time choices. ``idx32``: 32-bit loop indices (only where they fit);
     ``unroll``: ``#pragma GCC unroll`` for the inner loops (0: the compiler's choice);
-    ``float16``: the compiler has ``_Float16``; ``openmp``: emit OpenMP pragmas."""
+    ``float16``: the compiler has ``_Float16``; ``openmp``: emit OpenMP pragmas;
+    ``wide``: ask GCC for 512-bit vectors where the CPU has AVX-512 (GCC prefers 256-bit
+    ones by default; which wins depends on the kernel and the CPU: autotune decides)."""
     idx32: bool = False
     unroll: int = 0
     float16: bool = True
     openmp: bool = True
+    wide: bool = False
+
+
+_PRE_WIDE = """#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)
+#pragma GCC target("prefer-vector-width=512")
+#endif"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -688,6 +700,49 @@ def _cond_widths(e, memo: dict) -> frozenset:
     return memo[id(e)]
 
 
+def _axis_variant(e, sa, axis) -> dict:
+    """id(node) -> whether the node's value changes along the reduced axis (it reads an
+    input with a nonzero stride there, or that axis's Index)."""
+    memo: dict = {}
+    stack = [(e, False)]
+    while stack:
+        n, done = stack.pop()
+        if id(n) in memo:
+            continue
+        if not done:
+            stack.append((n, True))
+            stack.extend((c, False) for c in ir.children(n) if id(c) not in memo)
+            continue
+        if isinstance(n, ir.Load):
+            v = sa[n.buffer] != 0
+        elif isinstance(n, ir.Index):
+            v = n.dim == axis
+        else:
+            v = any(memo[id(c)] for c in ir.children(n))
+        memo[id(n)] = v
+    return memo
+
+
+_LEAVES = (ir.Const, ir.Arg, ir.Load, ir.Index, ir.Acc)
+
+
+def _invariant_frontier(e, variant: dict) -> list:
+    """The computed (non-leaf) nodes that do not change along the reduced axis but feed a
+    node that does (or the root itself, if it does not change): what a broadcast sweep
+    computes once per row instead of at every position."""
+    out, seen = [], set()
+    if not variant[id(e)]:
+        return [] if isinstance(e, _LEAVES) else [e]
+    for n in nodes([e]):
+        if not variant[id(n)]:
+            continue
+        for c in ir.children(n):
+            if not variant[id(c)] and not isinstance(c, _LEAVES) and id(c) not in seen:
+                seen.add(id(c))
+                out.append(c)
+    return out
+
+
 def _uses_index(exprs) -> bool:
     return any(isinstance(n, ir.Index) for n in nodes(exprs))
 
@@ -1033,39 +1088,116 @@ def _render_reduce(k: ir.Reduce, gen: _Gen, I: str) -> tuple:
         src(*sc.lines)
         src(f"out0[{outidx}] = {_store_code(val, k.epilogue.dtype, k.out_dtype)};")
 
-    def epi_sweep(accv, kb, ke, lanes=False):
-        """Broadcast: the epilogue at every k in [kb, ke) of the row (of each column lane
-        j < jn, ``accv`` then naming the lane's accumulator)."""
+    def epi_sweep(accv, kb, ke):
+        """Broadcast (row and split modes): the epilogue at every k in [kb, ke) of the row
+        whose reduced value is ``accv``."""
         src.open("")
-        if lanes:
-            jexpr, acc_name = "j", accv
-            src.open(f"for ({I} kk = {kb}; kk < {ke}; kk++)")
-            src(*_pragma_simd(opts))
-            src.open(f"for ({I} j = 0; j < jn; j++)")
-        else:
-            jexpr, acc_name = None, "accb_"
-            src(f"const {ACCV} accb_ = {accv};")
-            src(*_pragma_simd(opts))
-            src.open(f"for ({I} kk = {kb}; kk < {ke}; kk++)")
+        src(f"const {ACCV} accb_ = {accv};")
+        src(*_pragma_simd(opts))
+        src.open(f"for ({I} kk = {kb}; kk < {ke}; kk++)")
 
         def load(b):
             parts = [f"o{b}"]
             if sa[b]:
                 parts.append(f"kk * {sa[b]}")
-            if jexpr is not None and cstrides[b][-1]:
-                parts.append(f"{jexpr} * {cstrides[b][-1]}")
             return f"in{b}[{' + '.join(parts)}]"
-        sc = _Scope(gen, k.inputs, load, idx_fn("kk", True, jexpr), acc=acc_name,
-                    acc_dtype=AD)
+        sc = _Scope(gen, k.inputs, load, idx_fn("kk", True), acc="accb_", acc_dtype=AD)
         val = sc.value(k.epilogue)
         src(*sc.lines)
-        oidx = [f"o{nb}", f"kk * {OSA}"]
-        if jexpr is not None and cstrides[nb][-1]:
-            oidx.append(f"{jexpr} * {cstrides[nb][-1]}")
-        src(f"out0[{' + '.join(oidx)}] = {_store_code(val, k.epilogue.dtype, k.out_dtype)};")
-        if lanes:
-            src.close()
+        src(f"out0[o{nb} + kk * {OSA}] = {_store_code(val, k.epilogue.dtype, k.out_dtype)};")
         src.close()
+        src.close()
+
+    def col_sweep(W):
+        """Broadcast sweep of column mode: the epilogue at every (k, lane j). Its parts that
+        do not depend on k (``rsqrt(var + eps)``, the mean: anything not reading an input
+        along the reduced axis) are computed once per lane into arrays first. When the
+        output is contiguous along the reduced axis rather than the lanes (a reduction over
+        a swapped dim), blocks of lanes x rows are computed into a tile (contiguous reads)
+        and written out transposed (contiguous writes) instead of storing with a stride."""
+        variant = _axis_variant(k.epilogue, sa, a)
+        front = _invariant_frontier(k.epilogue, variant)
+        if len(front) > 32:         # per-lane arrays on the stack: keep them few
+            front = []
+        osj = cstrides[nb][-1]
+        tiled = osj != 1 and OSA == 1 and R > 1
+
+        def load(b, kexpr):
+            parts = [f"o{b}"]
+            if sa[b] and kexpr is not None:
+                parts.append(f"{kexpr} * {sa[b]}")
+            if cstrides[b][-1]:
+                parts.append(f"j * {cstrides[b][-1]}")
+            return f"in{b}[{' + '.join(parts)}]"
+
+        src.open("")
+        seeds = {}
+        if front:
+            for i, n in enumerate(front):
+                src(f"{_C[_cd(n.dtype)]} h{i}_[{W}];")
+            src(*_pragma_simd(opts))
+            src.open(f"for ({I} j = 0; j < jn; j++)")
+            sc = _Scope(gen, k.inputs, lambda b: load(b, None), idx_fn("0", True, "j"),
+                        acc="acc[j]", acc_dtype=AD)
+            vals = [sc.value(n) for n in front]
+            src(*sc.lines)
+            for i, v in enumerate(vals):
+                src(f"h{i}_[j] = {v};")
+            src.close()
+            seeds = {id(n): f"h{i}_[j]" for i, n in enumerate(front)}
+
+        def body(kexpr):
+            sc = _Scope(gen, k.inputs, lambda b: load(b, kexpr), idx_fn(kexpr, True, "j"),
+                        acc="acc[j]", acc_dtype=AD)
+            for n in front:
+                sc.memo[id(n)] = seeds[id(n)]
+                sc.keep.append(n)
+            val = sc.value(k.epilogue)
+            return sc.lines, _store_code(val, k.epilogue.dtype, k.out_dtype)
+
+        if tiled:
+            # lanes in blocks of JB, rows in blocks of RB: a block is computed into the
+            # tile row by row (reads contiguous along the lanes), then each lane's run of
+            # RB outputs is written contiguously (the tile read down a column, in L1)
+            isz = k.out_dtype.itemsize
+            JB = 16
+            RB = min(R, max(16, 16384 // (JB * isz)))
+            st = _storage_c(k.out_dtype)
+            src(f"{st} tile_[{RB}][{JB}];")
+            src.open(f"for ({I} jb = 0; jb < jn; jb += {JB})")
+            src(f"const {I} jm = jn - jb < {JB} ? jn - jb : {JB};")
+            src.open(f"for ({I} kb = 0; kb < R; kb += {RB})")
+            src(f"const {I} kn = R - kb < {RB} ? R - kb : {RB};")
+            src.open(f"for ({I} k2 = 0; k2 < kn; k2++)")
+            src(f"const {I} kk = kb + k2;")
+            src(*_pragma_simd(opts))
+            src.open(f"for ({I} jj = 0; jj < jm; jj++)")
+            src(f"const {I} j = jb + jj;")
+            lines, code = body("kk")
+            src(*lines)
+            src(f"tile_[k2][jj] = {code};")
+            src.close()
+            src.close()
+            src.open(f"for ({I} jj = 0; jj < jm; jj++)")
+            src(*_pragma_simd(opts))
+            src.open(f"for ({I} k2 = 0; k2 < kn; k2++)")
+            src(f"out0[o{nb} + (kb + k2) + (jb + jj) * {osj}] = tile_[k2][jj];")
+            src.close()
+            src.close()
+            src.close()
+            src.close()
+        else:
+            src.open(f"for ({I} kk = 0; kk < R; kk++)")
+            src(*_pragma_simd(opts))
+            src.open(f"for ({I} j = 0; j < jn; j++)")
+            lines, code = body("kk")
+            src(*lines)
+            oidx = [f"o{nb}", f"kk * {OSA}"]
+            if osj:
+                oidx.append(f"j * {osj}")
+            src(f"out0[{' + '.join(oidx)}] = {code};")
+            src.close()
+            src.close()
         src.close()
 
     def tree8(target_decl: str):
@@ -1302,7 +1434,7 @@ def _render_reduce(k: ir.Reduce, gen: _Gen, I: str) -> tuple:
             src.close()
             src.close()
         if bc:
-            epi_sweep("acc[j]", "0", "R", lanes=True)
+            col_sweep(W)
             work *= 2
         else:
             src.open(f"for ({I} j = 0; j < jn; j++)")
@@ -1325,8 +1457,9 @@ def render(kernel, options: Options = Options()) -> Rendered:
         body, mode, work, items = _render_elementwise(kernel, gen, I)
     else:
         body, mode, work, items = _render_reduce(kernel, gen, I)
-    pre = [_PRE_COMMON.strip("\n"),
-           (_PRE_HALF_NATIVE if options.float16 else _PRE_HALF_BITS).strip("\n")]
+    pre = [_PRE_WIDE] if options.wide else []
+    pre += [_PRE_COMMON.strip("\n"),
+            (_PRE_HALF_NATIVE if options.float16 else _PRE_HALF_BITS).strip("\n")]
     pre += list(gen.helpers.values())
     return Rendered(source="\n".join(pre + body) + "\n", mode=mode, work=work, items=items,
                     idx32=idx32)

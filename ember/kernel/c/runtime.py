@@ -33,6 +33,7 @@ from ... import dtype as dt
 from ...errors import DTypeError, ShapeError
 from .. import ir
 from ..autotune import DEFAULT, Variant, get_autotuner, shape_bucket, structure_hash
+from ..buffer_pool import default_pool
 from .compiler import cpu_id, get_compiler, warn_unavailable_once
 from .render import Options, _loads_of, fits_idx32, nodes, render
 
@@ -53,6 +54,50 @@ def _after_fork_in_child():
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+#: how long (busy-wait iterations) libgomp's idle threads spin before they sleep, unless
+#: GOMP_SPINCOUNT / OMP_WAIT_POLICY say otherwise
+SPINCOUNT = 10000
+_SPIN_SET = False
+
+
+def _short_openmp_spin():
+    """Load libgomp with a short busy-wait. Its default (300000 spins, milliseconds) keeps
+    the team spinning between kernels; on a machine where other processes want the cores,
+    the spinning threads take their time and every barrier waits for a preempted thread
+    (layer norm after swap_dims: 29 ms on 2 threads with one core busy elsewhere, 20 ms with
+    short spins, 15 ms on 1 thread). libgomp reads the variable once, when it is loaded:
+    it is set only around that load and only if the user has not set either variable.
+    A process has one libgomp (PyTorch's bundled copy has the same soname): if PyTorch came
+    first, the kernels use its runtime as it is; if ember came first, PyTorch uses this one."""
+    global _SPIN_SET
+    if _SPIN_SET:
+        return
+    _SPIN_SET = True
+    if "GOMP_SPINCOUNT" in os.environ or "OMP_WAIT_POLICY" in os.environ:
+        return
+    os.environ["GOMP_SPINCOUNT"] = str(SPINCOUNT)
+    try:
+        ctypes.CDLL("libgomp.so.1")
+    except OSError:              # another OpenMP runtime (clang's libomp), or none
+        pass
+    finally:
+        os.environ.pop("GOMP_SPINCOUNT", None)
+
+
+_AVX512 = None
+
+
+def _has_avx512() -> bool:
+    """Whether the CPU has AVX-512 (then 512-bit vectors are a variant worth timing)."""
+    global _AVX512
+    if _AVX512 is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                _AVX512 = any(line.startswith("flags") and " avx512f" in line for line in f)
+        except OSError:
+            _AVX512 = False
+    return _AVX512
 
 
 def default_num_threads() -> int:
@@ -134,6 +179,17 @@ def _ptr(a: np.ndarray) -> int:
         return a.ctypes.data
 
 
+def _signature(kernel) -> tuple:
+    """What a `Program` checks and allocates at launch besides the C code: the input views
+    (dtypes, strides, offsets), the iteration shape, the outputs' dtypes and count, the
+    scalar args' dtypes and, for a reduction, its axis and form."""
+    if isinstance(kernel, ir.Elementwise):
+        return ("e", tuple(kernel.shape), kernel.inputs, tuple(kernel.out_dtypes),
+                len(kernel.exprs), tuple(kernel.args))
+    return ("r", tuple(kernel.shape), kernel.inputs, kernel.out_dtype, tuple(kernel.args),
+            kernel.axis, bool(getattr(kernel, "broadcast", False)))
+
+
 def _arg_kind(d: dt.DType) -> str:
     d = ir.compute_dtype(d)
     return "d" if d.is_float else "q"
@@ -149,11 +205,13 @@ class CpuKernelRuntime:
     def __init__(self, num_threads: int | None = None, cache_root=None,
                  autotune: bool | None = None, omp_threshold: int | None = None):
         self.cache_root = cache_root
+        _short_openmp_spin()             # before anything loads libgomp (the probe does)
         self._compiler = get_compiler(cache_root)
         self._num_threads = num_threads or default_num_threads()
         self.omp_threshold = omp_threshold or int(os.environ.get("EMBER_OMP_THRESHOLD",
                                                                  "65536"))
         self.autotuner = get_autotuner(cache_root)
+        self.pool = default_pool()       # outputs reuse the memory of dead large outputs
         self.autotune = self.autotuner.enabled if autotune is None else bool(autotune)
         self._programs: dict = {}
         self._by_id: dict = {}         # id(kernel) -> (kernel, program): skips rendering
@@ -189,10 +247,10 @@ class CpuKernelRuntime:
         self._num_threads = max(1, int(n))
 
     # -- compiling --------------------------------------------------------------------------
-    def _options(self, idx32=False, unroll=0) -> Options:
+    def _options(self, idx32=False, unroll=0, wide=False) -> Options:
         c = self._compiler
         return Options(idx32=idx32, unroll=unroll, float16=c.float16,
-                       openmp=c.openmp or c.openmp_simd)
+                       openmp=c.openmp or c.openmp_simd, wide=wide)
 
     def compile(self, kernel, variant: Variant | None = None) -> Program:
         """The program of ``kernel`` (rendered, compiled or found in the caches, loaded)."""
@@ -205,9 +263,12 @@ class CpuKernelRuntime:
             if hit is not None and hit[0] is kernel:
                 return hit[1]
         variant = variant or DEFAULT
-        rd = render(kernel, self._options(variant.idx32, variant.unroll))
+        rd = render(kernel, self._options(variant.idx32, variant.unroll, variant.wide))
         key = self._compiler.key(rd.source)
-        pkey = (key, variant) if explicit else key
+        # one source may serve kernels that launch differently (an unread bool or u8 input,
+        # shapes that collapse alike): a program is keyed by its launch signature too
+        sig = _signature(kernel)
+        pkey = (key, sig, variant) if explicit else (key, sig)
         prog = self._programs.get(pkey)
         if prog is None:
             prog = self._new_program(kernel, rd, key, pkey, variant, explicit)
@@ -316,8 +377,10 @@ class CpuKernelRuntime:
         fn(ptrs, self._pack_args(prog, args), self._threads(prog, v), v.chunk)
 
     def launch(self, program: Program, inputs, args=()) -> list:
-        """Run ``program``; returns new contiguous outputs."""
-        outs = [np.empty(s, d) for s, d in zip(program.out_shapes, program.out_dtypes)]
+        """Run ``program``; returns new contiguous outputs (large ones in memory of earlier
+        outputs nothing references any more: `ember.kernel.buffer_pool`)."""
+        empty = self.pool.empty
+        outs = [empty(s, d) for s, d in zip(program.out_shapes, program.out_dtypes)]
         self._launch(program, inputs, args, outs)
         return outs
 
@@ -346,12 +409,50 @@ class CpuKernelRuntime:
         self._call(program, fn, inputs, outputs, args, v)
         self.launches += 1
 
+    def launcher(self, program: Program):
+        """``run(inputs, args) -> outputs``: `launch` with less per-call work, for a caller
+        whose inputs keep the dtypes, shapes and strides of its first call (the Fusion
+        decorator's cached plans: their key pins them). The inputs' bounds are checked on
+        the first call only; small outputs skip the buffer pool."""
+        n_all = program.n_in + program.n_out
+        ptrs_t = ctypes.c_void_p * n_all
+        small = self.pool.min_bytes
+        outs_spec = tuple((s, np.dtype(d), int(np.prod(s, dtype=np.int64)) *
+                           np.dtype(d).itemsize < small)
+                          for s, d in zip(program.out_shapes, program.out_dtypes))
+        empty, pooled = np.empty, self.pool.empty
+        packer = struct.Struct(program.arg_fmt) if program.arg_kinds else None
+        floats = all(k == "d" for k in program.arg_kinds)
+        checked = []
+
+        def run(inputs, args=()):
+            if not checked:
+                self._check_inputs(program, inputs)
+                checked.append(True)
+            outs = [empty(s, d) if sm else pooled(s, d) for s, d, sm in outs_spec]
+            if program.numel == 0:
+                return outs
+            if not program.tuned:
+                self._autotune(program, inputs, args)
+            v = program.variant
+            fn = program._fns.get(v.compile_options, program.fn) if v is not DEFAULT \
+                else program.fn
+            if packer is None or not floats:
+                packed = self._pack_args(program, args)
+            else:
+                packed = packer.pack(*[float(x) for x in args])
+            fn(ptrs_t(*[_ptr(a) for a in inputs], *[_ptr(o) for o in outs]), packed,
+               self._threads(program, v), v.chunk)
+            self.launches += 1
+            return outs
+        return run
+
     # -- autotune ---------------------------------------------------------------------------
     def tune_key(self, program: Program) -> str:
         k = program.kernel
         return "|".join(["c", structure_hash(k),
                          ",".join(str(n) for n in shape_bucket(k.shape)),
-                         cpu_id(), f"t{self._num_threads}", "v1"])
+                         cpu_id(), f"t{self._num_threads}", "v2"])
 
     def _variant_fn(self, program: Program, v: Variant):
         opts = v.compile_options
@@ -359,7 +460,7 @@ class CpuKernelRuntime:
         if fn is None:
             if v.idx32 and not program.idx32_ok:
                 raise ValueError("idx32 does not fit this kernel")
-            rd = render(program.kernel, self._options(v.idx32, v.unroll))
+            rd = render(program.kernel, self._options(v.idx32, v.unroll, v.wide))
             _, fn = self._compiler.load(rd.source)
             program._fns[opts] = fn
         return fn
@@ -380,14 +481,21 @@ class CpuKernelRuntime:
                 self._call(program, fn, inputs, scratch, args, v)
 
             nt = self._num_threads
-            threads = sorted({t for t in (1, 2, 4, 8, 16, 32, 64, nt) if t <= nt})
-            axes = [("threads", threads), ("chunk", [1 << 12, 1 << 16, 1 << 18])]
+            # the team the default variant gets is not tried again as a number
+            same = min(max(1, program.cost // self.omp_threshold), nt, program.items)
+            threads = sorted({t for t in (1, 2, 4, 8, 16, 32, 64, nt)
+                              if t <= min(nt, program.items) and t != same})
+            axes = [("threads", threads)]
+            if _has_avx512():
+                axes.append(("wide", [True]))
+            if program.mode in ("elementwise", "row"):    # the others ignore the chunk
+                axes.append(("chunk", [1 << 12, 1 << 16, 1 << 18]))
             if program.idx32_ok:
                 axes.append(("idx32", [True]))
             axes.append(("unroll", [4]))
             v = self.autotuner.choose(key, axes, run, DEFAULT)
             if v.idx32 and not program.idx32_ok:
-                v = Variant(v.threads, v.chunk, False, v.unroll)
+                v = Variant(v.threads, v.chunk, False, v.unroll, v.wide)
             try:
                 self._variant_fn(program, v)
             except Exception:
