@@ -1,0 +1,113 @@
+"""bench/gpu.py, run end to end on the CPU at tiny sizes (``--device cpu --quick``): the
+table and the JSON come out, every contender is measured or reported absent with a reason,
+results are checked, and the ember and PyTorch twins of the training rows compute the same
+function. (The GPU run itself needs a GPU; these tests check the script's logic.)"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "bench" / "gpu.py"
+ROWS = ("1", "2", "6", "7", "9")
+
+
+def _run(*args, timeout=120):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(
+        os.pathsep)
+    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench_gpu") / "gpu.json"
+    # torch.compile is left out: Inductor's C++ compile takes tens of seconds on a small CPU
+    p = _run("--device", "cpu", "--quick", "--rows", ",".join(ROWS), "--skip",
+             "torch.compile", "--quiet", "--json", str(out))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    return p.stdout, json.loads(out.read_text())
+
+
+def test_table_has_every_row_the_targets_and_the_smoke_banner(run):
+    text, _ = run
+    assert "smoke test" in text                     # --quick numbers are never recorded
+    for title in ("device-to-device copy", "custom GELU", "per-op overhead",
+                  "MLP 784-256-10 training step", "GPT-style model training step"):
+        assert title in text
+    assert "\ntargets (CPU logic test" in text
+    assert "layer norm" not in text                 # row 4 was not asked for
+
+
+def test_json_holds_the_rows_machine_and_targets(run):
+    _, res = run
+    assert sorted(res["rows"]) == sorted(ROWS)
+    m = res["machine"]
+    assert m["device"] == "cpu" and m["date"] and m["python"] and m["ember"]
+    assert res["quick"] is True
+    for num in ROWS:
+        row = res["rows"][num]
+        assert set(row["order"]) == set(row["results"]) | set(row["absent"])
+    verdicts = [t for num in ROWS for t in res["rows"][num]["targets"]]
+    assert len(verdicts) == 5                       # 2 for GELU, one each for 6, 7, 9
+    for t in verdicts:
+        assert t["met"] in (True, False) or t["why_not_measured"]
+
+
+def test_missing_and_skipped_contenders_are_reported_absent_with_a_reason(run):
+    _, res = run
+    gelu = res["rows"]["2"]
+    assert gelu["absent"]["torch.compile"] == "skipped (--skip)"
+    assert "CuPy" in gelu["absent"]["numpy ElementwiseKernel"]
+    try:
+        import jax  # noqa: F401
+    except ImportError:
+        assert "jax" in gelu["absent"]["jax jit"]
+        assert "jax" in res["absent"]
+
+
+def test_gelu_and_copy_results_are_measured_and_checked(run):
+    _, res = run
+    pytest.importorskip("torch")
+    copy = res["rows"]["1"]["results"]
+    assert copy["torch copy_"]["value"] > 0 and not copy["torch copy_"]["wrong"]
+    gelu = res["rows"]["2"]["results"]
+    for name in ("torch eager", "ember"):
+        r = gelu[name]
+        assert r["value"] > 0 and r["best_s"] <= r["median_s"]
+        assert not r["wrong"] and r["max_abs_err"] < 1e-5
+        assert 0 < r["of_copy"]
+    ratio = res["rows"]["2"]["targets"][0]["value"]
+    assert ratio == pytest.approx(gelu["ember"]["value"] / max(
+        c["value"] for c in copy.values()))
+
+
+def test_overhead_counts_every_op(run):
+    _, res = run
+    r = res["rows"]["6"]["results"]["ember, each result materialized"]
+    assert r["value"] > 0 and not r["wrong"]        # a + b, checked against NumPy
+
+
+def test_training_twins_compute_the_same_function(run):
+    """The PyTorch model gets ember's initial weights: same logits and loss before training
+    (a wrong transpose or a mismatched layer would show here)."""
+    _, res = run
+    pytest.importorskip("torch")
+    for num in ("7", "9"):
+        r = res["rows"][num]["results"]
+        assert r["ember"]["logits0_rel_diff"] < 1e-5
+        assert r["ember"]["loss0_rel_diff"] < 1e-5
+        assert r["torch eager"]["value"] > 0 and r["ember"]["value"] > 0
+
+
+def test_bad_arguments_are_refused():
+    p = _run("--rows", "2,10", timeout=60)
+    assert p.returncode == 2 and "unknown rows [10]" in p.stderr
+    p = _run("--skip", "tensorflow", timeout=60)
+    assert p.returncode == 2 and "tensorflow" in p.stderr
