@@ -2,22 +2,28 @@
 """ember's overhead against its peers, measured in one process (DESIGN.md §7).
 
 (a) per-op overhead: ``a + b`` on 4-element f32 tensors, in µs per op (best of several
-    ``timeit`` repeats), for ember NdArray and Autodiff(NdArray) (``b`` requires grad) against
-    NumPy and PyTorch CPU eager (plain, and with ``requires_grad``);
+    ``timeit`` repeats), for ember NdArray and Autodiff(NdArray) (``b`` requires grad) --
+    and the same on Fusion(NdArray), ``em.device("cpu")``, where an op that small runs at
+    once on NdArray -- against NumPy and PyTorch CPU eager (plain, and with
+    ``requires_grad``);
 (b) training step of a 784-256-10 MLP, batch 64, on one thread: forward, cross-entropy,
-    backward and an SGD update, in steps per second, ember Autodiff(NdArray) against PyTorch.
+    backward and an SGD update, in steps per second, ember on Autodiff(Fusion(NdArray)) and
+    on Autodiff(NdArray) against PyTorch.
 
-Prints ratio tables and the targets (NdArray <= 2 µs/op, Autodiff <= 4 µs/op, MLP ember >=
-PyTorch); ``--json PATH`` saves everything with the machine, versions and commit. A peer that
-is not installed, or an ember op that does not exist yet, is reported as absent, not skipped.
+``--fusion on|off|both`` (default both) picks the ember stacks. Prints ratio tables and the
+targets (NdArray <= 2 µs/op, Autodiff <= 4 µs/op, MLP ember >= PyTorch, Fusion no slower
+than NdArray); ``--json PATH`` saves everything with the machine, versions and commit. A
+peer that is not installed, or an ember op that does not exist yet, is reported as absent,
+not skipped. Every thread pool, ember's kernels included, runs one thread.
 
-    python bench/overhead.py [--quick] [--json results.json]
+    python bench/overhead.py [--quick] [--fusion both] [--json results.json]
 """
 import os
 
 # One thread everywhere: set before NumPy or PyTorch is imported, so their pools start small.
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS", "BLIS_NUM_THREADS")
+                "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS", "BLIS_NUM_THREADS",
+                "EMBER_NUM_THREADS")
 for _v in _THREAD_VARS:
     os.environ[_v] = "1"
 
@@ -42,6 +48,12 @@ import numpy as np  # noqa: E402
 TARGET_NDARRAY_US = 2.0
 TARGET_AUTODIFF_US = 4.0
 TARGET_MLP_RATIO = 1.0
+TARGET_FUSION_RATIO = 1.0   # Fusion(NdArray) steps/s >= NdArray steps/s
+FUSION_MODES = {"on": (True,), "off": (False,), "both": (True, False)}
+
+
+def _stack(fused: bool) -> str:
+    return "Fusion(NdArray)" if fused else "NdArray"
 
 
 def _absent(e: BaseException) -> str:
@@ -80,18 +92,20 @@ def time_stmt(stmt: str, env: dict, repeat: int, min_time: float) -> float:
     return min(timer.repeat(repeat, number)) / number * 1e6
 
 
-def bench_per_op(torch, repeat: int, min_time: float) -> dict:
+def bench_per_op(torch, repeat: int, min_time: float, modes=(True, False)) -> dict:
     out: dict = {}
     a_np = np.arange(4, dtype=np.float32)
     b_np = np.arange(4, dtype=np.float32) + 1
     out["numpy"] = time_stmt("a + b", {"a": a_np, "b": b_np}, repeat, min_time)
 
-    cpu = em.device("cpu")
-    a, b = em.tensor(a_np, device=cpu), em.tensor(b_np, device=cpu)
-    out["ember NdArray"] = time_stmt("a + b", {"a": a, "b": b}, repeat, min_time)
-    ad = cpu.autodiff()
-    a, b = em.tensor(a_np, device=ad), em.tensor(b_np, device=ad).require_grad()
-    out["ember Autodiff(NdArray)"] = time_stmt("a + b", {"a": a, "b": b}, repeat, min_time)
+    for fused in modes:
+        cpu = em.device("cpu", fusion=fused)
+        a, b = em.tensor(a_np, device=cpu), em.tensor(b_np, device=cpu)
+        out[f"ember {_stack(fused)}"] = time_stmt("a + b", {"a": a, "b": b}, repeat, min_time)
+        ad = cpu.autodiff()
+        a, b = em.tensor(a_np, device=ad), em.tensor(b_np, device=ad).require_grad()
+        out[f"ember Autodiff({_stack(fused)})"] = time_stmt("a + b", {"a": a, "b": b}, repeat,
+                                                          min_time)
 
     if torch is not None:
         ta, tb = torch.from_numpy(a_np.copy()), torch.from_numpy(b_np.copy())
@@ -144,11 +158,12 @@ def _calibrate(step, sync, min_time: float) -> int:
         n *= 2
 
 
-def ember_mlp_step():
-    """A closure running one training step with ember Autodiff(NdArray): the same code as
-    `ember demo` (ember.cli.demo), at the benchmark's sizes."""
+def ember_mlp_step(fused: bool = False):
+    """A closure running one training step with ember on Autodiff(Fusion(NdArray)) or
+    Autodiff(NdArray): the same code as `ember demo` (ember.cli.demo), at the benchmark's
+    sizes."""
     from ember.cli.demo import cross_entropy, forward, init_params, sgd_step
-    dev = em.device("cpu").autodiff()
+    dev = em.device("cpu", fusion=fused).autodiff()
     dev.seed(0)
     x_np, _, t_np = _data()
     x, t = em.tensor(x_np, device=dev), em.tensor(t_np, device=dev)
@@ -185,9 +200,9 @@ def torch_mlp_step(torch):
     return step, lambda: None
 
 
-def bench_mlp(torch, repeat: int, min_time: float) -> tuple[dict, dict]:
+def bench_mlp(torch, repeat: int, min_time: float, modes=(True, False)) -> tuple[dict, dict]:
     out, absent = {}, {}
-    runners = {"ember Autodiff(NdArray)": ember_mlp_step}
+    runners = {f"ember Autodiff({_stack(f)})": (lambda f=f: ember_mlp_step(f)) for f in modes}
     if torch is not None:
         runners["torch eager"] = lambda: torch_mlp_step(torch)
     for name, make in runners.items():
@@ -246,29 +261,42 @@ def report(res: dict) -> str:
         op.get("torch eager requires_grad")
     lines.append("(a) per-op overhead, a + b on 4 x f32 (µs/op, best of repeats; lower is "
                  "better)")
-    lines.append(f"  {'':<28}{'µs/op':>8}{'x numpy':>10}{'x torch':>10}   target")
+    lines.append(f"  {'':<36}{'µs/op':>8}{'x numpy':>10}{'x torch':>10}   target")
     rows = [("numpy", None, None), ("torch eager", None, None),
-            ("torch eager requires_grad", None, None),
-            ("ember NdArray", t_us, TARGET_NDARRAY_US),
-            ("ember Autodiff(NdArray)", trg_us, TARGET_AUTODIFF_US)]
+            ("torch eager requires_grad", None, None)]
+    for stack in ("Fusion(NdArray)", "NdArray"):
+        rows += [(f"ember {stack}", t_us, TARGET_NDARRAY_US),
+                 (f"ember Autodiff({stack})", trg_us, TARGET_AUTODIFF_US)]
     for name, peer, target in rows:
+        if name not in op and name.startswith("ember"):
+            continue
         v = op.get(name)
         vs_np = f"{v / np_us:.2f}x" if v is not None and np_us else ""
         vs_t = f"{v / peer:.2f}x" if v is not None and peer else ""
         tgt = f"<= {target:g} µs  {_verdict(v <= target if v is not None else None)}" \
             if target else ""
-        lines.append(f"  {name:<28}{_fmt(v, '8.2f'):>8}{vs_np:>10}{vs_t:>10}   {tgt}")
-    lines.append("  (x torch: NdArray against plain torch, Autodiff against torch with "
+        lines.append(f"  {name:<36}{_fmt(v, '8.2f'):>8}{vs_np:>10}{vs_t:>10}   {tgt}")
+    lines.append("  (x torch: plain ember against plain torch, Autodiff against torch with "
                  "requires_grad)")
     lines.append("")
     lines.append(f"(b) MLP {'-'.join(map(str, MLP))}, batch {BATCH}, 1 thread: forward, "
                  f"cross-entropy, backward, SGD (steps/s; higher is better)")
-    e, t = mlp.get("ember Autodiff(NdArray)"), mlp.get("torch eager")
-    lines.append(f"  {'ember Autodiff(NdArray)':<28}{_fmt(e, '8.0f'):>8}")
-    lines.append(f"  {'torch eager':<28}{_fmt(t, '8.0f'):>8}")
-    ratio = e / t if e is not None and t else None
-    lines.append(f"  ember / torch = {_fmt(ratio, '.2f')}   target >= {TARGET_MLP_RATIO:g}  "
-                 f"{_verdict(ratio >= TARGET_MLP_RATIO if ratio is not None else None)}")
+    t = mlp.get("torch eager")
+    for name in ("ember Autodiff(Fusion(NdArray))", "ember Autodiff(NdArray)", "torch eager"):
+        if name in mlp or name == "torch eager":
+            lines.append(f"  {name:<36}{_fmt(mlp.get(name), '8.0f'):>8}")
+    for name in ("ember Autodiff(Fusion(NdArray))", "ember Autodiff(NdArray)"):
+        e = mlp.get(name)
+        if name not in mlp:
+            continue
+        ratio = e / t if e is not None and t else None
+        lines.append(f"  {name[6:]} / torch = {_fmt(ratio, '.2f')}   target >= "
+                     f"{TARGET_MLP_RATIO:g}  "
+                     f"{_verdict(ratio >= TARGET_MLP_RATIO if ratio is not None else None)}")
+    f, u = mlp.get("ember Autodiff(Fusion(NdArray))"), mlp.get("ember Autodiff(NdArray)")
+    if f and u:
+        lines.append(f"  Fusion / NdArray = {f / u:.2f} (steps/s)   target >= "
+                     f"{TARGET_FUSION_RATIO:g}  {_verdict(f / u >= TARGET_FUSION_RATIO)}")
     for name, why in res["absent"].items():
         lines.append(f"  absent: {name}: {why}")
     return "\n".join(lines)
@@ -281,20 +309,25 @@ def main(argv=None) -> int:
                     "numbers are noisy)")
     ap.add_argument("--repeat", type=int, default=None, help="timing repeats (default 7, "
                     "3 with --quick)")
+    ap.add_argument("--fusion", choices=sorted(FUSION_MODES), default="both",
+                    help="ember on Fusion(NdArray) (on), on NdArray (off) or both (default)")
     args = ap.parse_args(argv)
+    modes = FUSION_MODES[args.fusion]
     repeat = args.repeat or (3 if args.quick else 7)
     min_op, min_mlp = (0.01, 0.05) if args.quick else (0.2, 0.5)
 
     torch, torch_absent = _import_torch()
     limiter, pools = _thread_limits()
     absent = {"torch": torch_absent} if torch_absent else {}
-    per_op = bench_per_op(torch, repeat, min_op)
-    mlp, mlp_absent = bench_mlp(torch, repeat if not args.quick else 2, min_mlp)
+    per_op = bench_per_op(torch, repeat, min_op, modes)
+    mlp, mlp_absent = bench_mlp(torch, repeat if not args.quick else 2, min_mlp, modes)
     absent.update(mlp_absent)
     res = {"machine": _machine(torch, pools), "per_op_us": per_op, "mlp_steps_per_s": mlp,
            "absent": absent,
            "targets": {"ndarray_us": TARGET_NDARRAY_US, "autodiff_us": TARGET_AUTODIFF_US,
-                       "mlp_ember_over_torch": TARGET_MLP_RATIO},
+                       "mlp_ember_over_torch": TARGET_MLP_RATIO,
+                       "mlp_fusion_over_ndarray": TARGET_FUSION_RATIO},
+           "fusion": args.fusion,
            "quick": bool(args.quick)}
     print(report(res))
     if args.json:

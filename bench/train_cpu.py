@@ -12,30 +12,35 @@ the same initial weights (ember's, copied into PyTorch) and the same batch order
 
 Contenders, per model:
 
-- ``ember loop``: Autodiff(NdArray) in a plain loop: ``loss.backward()``,
-  ``GradientsParams.from_grads``, ``optimizer.step`` (the code of examples/custom_loop.py);
+- ``ember fusion`` / ``ember ndarray``: ember in a plain loop -- ``loss.backward()``,
+  ``GradientsParams.from_grads``, ``optimizer.step`` (the code of examples/custom_loop.py) --
+  on Autodiff(Fusion(NdArray)) (``em.device("cpu")``, the default) and on Autodiff(NdArray)
+  (``em.device("cpu", fusion=False)``); ``--fusion on|off|both`` (default both) picks them;
 - ``torch eager``: PyTorch CPU eager, the usual ``zero_grad``/``backward``/``step`` loop;
-- ``ember Learner``: the same model trained by ``ember.train.Learner`` (DataLoader,
-  ClassificationBatcher, loss and accuracy metrics, no renderer, no checkpoints): what the
-  Learner costs on top of the loop. It runs after the two loops (not interleaved), from
-  the same initial weights, in the DataLoader's own seeded order.
+- ``Learner fusion`` / ``Learner ndarray``: the same model trained by ``ember.train.Learner``
+  (DataLoader, ClassificationBatcher, loss and accuracy metrics, no renderer, no
+  checkpoints): what the Learner costs on top of the loop. They run after the loops (not
+  interleaved), from the same initial weights, in the DataLoader's own seeded order.
 
-The loops of ember and PyTorch alternate epoch by epoch, so a slower or faster moment of the
-machine falls on both. Each epoch is timed (training only; validation runs afterwards,
-untimed); the table shows the median and the best epoch, the ratio ember / PyTorch of the
-medians (target <= 1.0), and the final mean training loss and validation accuracy of each
-(a sanity check: both start from the same weights and see the same batches, so they should
-end close). ``--json PATH`` saves everything with the machine, versions and commit. A peer
-that is not installed, or an ember piece that is missing, is reported as absent with the
-reason.
+The loops alternate epoch by epoch, so a slower or faster moment of the machine falls on
+all of them. Each epoch is timed (training only; validation runs afterwards, untimed); the
+table shows the median and the best epoch, the ratio ember / PyTorch of the medians (target
+<= 1.0), the final mean training loss and validation accuracy of each (a sanity check: all
+start from the same weights and see the same batches, so they should end close), and per
+model the ratio Fusion / NdArray of the medians (target <= 1.0: training on Fusion is no
+slower than on NdArray). ``--json PATH`` saves everything with the machine, versions and
+commit. A peer that is not installed, or an ember piece that is missing, is reported as
+absent with the reason. Every thread pool, ember's kernels included, runs one thread.
 
-    python bench/train_cpu.py [--epochs 5] [--batch-size 32] [--models cnn,mlp] [--json out.json]
+    python bench/train_cpu.py [--epochs 5] [--batch-size 32] [--models cnn,mlp]
+                              [--fusion both] [--json out.json]
 """
 import os
 
 # One thread everywhere: set before NumPy or PyTorch is imported, so their pools start small.
 for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-           "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS", "BLIS_NUM_THREADS"):
+           "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS", "BLIS_NUM_THREADS",
+           "EMBER_NUM_THREADS"):
     os.environ[_v] = "1"
 
 import argparse  # noqa: E402
@@ -58,7 +63,13 @@ import numpy as np  # noqa: E402
 from overhead import _absent, _import_torch, _machine, _thread_limits  # noqa: E402
 
 TARGET_RATIO = 1.0          # ember seconds per epoch / PyTorch seconds per epoch
+TARGET_FUSION_RATIO = 1.0   # Fusion(NdArray) seconds per epoch / NdArray seconds per epoch
 MODELS = ("cnn", "mlp")
+FUSION_MODES = {"on": (True,), "off": (False,), "both": (True, False)}
+
+
+def _mode(fused: bool) -> str:
+    return "fusion" if fused else "ndarray"
 MLP_SIZES = (64, 256, 10)
 WARMUP_STEPS = 5
 
@@ -221,11 +232,12 @@ def _warmup_batches(n: int, batch_size: int, steps: int) -> list:
 
 
 class EmberLoop:
-    """ember Autodiff(NdArray) in a plain loop (examples/custom_loop.py)."""
+    """ember in a plain loop (examples/custom_loop.py) on ``dev``: Autodiff(Fusion(NdArray))
+    or Autodiff(NdArray)."""
 
-    def __init__(self, model: str, module, data, batch_size: int, lr: float):
+    def __init__(self, model: str, module, data, batch_size: int, lr: float, dev):
         from ember import nn, optim
-        self.dev = em.device("cpu").autodiff()
+        self.dev = dev
         self.model = module
         self.kind, self.data, self.bs, self.lr = model, data, batch_size, lr
         self.x = _inputs(model, data["x_train"])
@@ -338,9 +350,10 @@ class _EpochClock:
         return False
 
 
-def run_learner(model: str, data, batch_size: int, lr: float, epochs: int, seed: int):
-    """ember.train.Learner on the same model and data; returns (epoch seconds, losses,
-    accuracy)."""
+def run_learner(model: str, data, batch_size: int, lr: float, epochs: int, seed: int,
+                fused: bool = True):
+    """ember.train.Learner on the same model and data, on Autodiff(Fusion(NdArray)) or
+    Autodiff(NdArray); returns (epoch seconds, losses, accuracy)."""
     from ember import optim
     from ember.data import DataLoader, InMemoryDataset, ClassificationBatcher
     from ember.train import ClassificationModel, Learner
@@ -348,7 +361,7 @@ def run_learner(model: str, data, batch_size: int, lr: float, epochs: int, seed:
     cls, _ = ember_cnn_class() if model == "cnn" else ember_mlp_class()
     if not issubclass(cls, ClassificationModel):
         cls = type(cls.__name__, (cls, ClassificationModel), {})
-    dev = em.device("cpu").autodiff()
+    dev = em.device("cpu", fusion=fused).autodiff()
     dev.seed(seed)
     net = cls(device=dev)
     x = _inputs(model, data["x_train"])
@@ -370,20 +383,28 @@ def run_learner(model: str, data, batch_size: int, lr: float, epochs: int, seed:
 
 # -- the benchmark --------------------------------------------------------------------------
 def bench_model(torch, model: str, data, *, epochs: int, batch_size: int, lr: float,
-                seed: int, learner: bool, log) -> dict:
+                seed: int, learner: bool, log, modes=(True, False)) -> dict:
     res = {"contenders": {}, "absent": {}}
     runners = {}
-    try:
-        dev = em.device("cpu").autodiff()
-        dev.seed(seed)
-        module, where = make_ember_model(model, dev)
-        res["ember_model"] = where
-        res["num_params"] = module.num_params()
-        res["architecture"] = repr(module)
-        runners["ember loop"] = EmberLoop(model, module, data, batch_size, lr)
-    except Exception as e:  # noqa: BLE001  (a piece of the training stack not there yet)
-        res["absent"]["ember loop"] = _absent(e)
-        module = None
+    module = None
+    for fused in modes:
+        name = f"ember {_mode(fused)}"
+        try:
+            dev = em.device("cpu", fusion=fused).autodiff()
+            dev.seed(seed)
+            mod, where = make_ember_model(model, dev)
+            if module is None:
+                module = mod
+                res["ember_model"] = where
+                res["num_params"] = mod.num_params()
+                res["architecture"] = repr(mod)
+            else:                 # the same initial weights on every ember contender
+                for k, v in module.state_dict().items():
+                    if not np.array_equal(v.numpy(), mod.state_dict()[k].numpy()):
+                        raise RuntimeError(f"{name}: initial weights differ at {k}")
+            runners[name] = EmberLoop(model, mod, data, batch_size, lr, dev)
+        except Exception as e:  # noqa: BLE001  (a piece of the training stack not there yet)
+            res["absent"][name] = _absent(e)
     if torch is not None and module is not None:
         try:
             net = torch_model(torch, model, module)
@@ -405,7 +426,7 @@ def bench_model(torch, model: str, data, *, epochs: int, batch_size: int, lr: fl
     times = {n: [] for n in runners}
     losses = {n: [] for n in runners}
     for e, order in enumerate(orders, 1):
-        for name, r in list(runners.items()):      # alternate: ember, torch, ember, ...
+        for name, r in list(runners.items()):      # alternate: each contender, every epoch
             try:
                 t0 = time.perf_counter()
                 loss = r.run_epoch(order)
@@ -422,14 +443,16 @@ def bench_model(torch, model: str, data, *, epochs: int, batch_size: int, lr: fl
         res["contenders"][name] = {"epoch_seconds": times[name], "epoch_loss": losses[name],
                                    "val_accuracy": r.accuracy()}
     if learner:
-        try:
-            t, ls, acc = run_learner(model, data, batch_size, lr, epochs, seed)
-            res["contenders"]["ember Learner"] = {"epoch_seconds": t, "epoch_loss": ls,
-                                                  "val_accuracy": acc}
-            if log:
-                log(f"  {model} ember Learner: " + ", ".join(f"{s:.3f} s" for s in t))
-        except Exception as e:  # noqa: BLE001
-            res["absent"]["ember Learner"] = _absent(e)
+        for fused in modes:
+            name = f"Learner {_mode(fused)}"
+            try:
+                t, ls, acc = run_learner(model, data, batch_size, lr, epochs, seed, fused)
+                res["contenders"][name] = {"epoch_seconds": t, "epoch_loss": ls,
+                                           "val_accuracy": acc}
+                if log:
+                    log(f"  {model} {name}: " + ", ".join(f"{s:.3f} s" for s in t))
+            except Exception as e:  # noqa: BLE001
+                res["absent"][name] = _absent(e)
     for c in res["contenders"].values():
         s = c["epoch_seconds"]
         c["median_s"] = statistics.median(s) if s else None
@@ -439,7 +462,19 @@ def bench_model(torch, model: str, data, *, epochs: int, batch_size: int, lr: fl
     for n, c in res["contenders"].items():
         c["over_torch"] = c["median_s"] / t if t and c["median_s"] is not None and \
             n != "torch eager" else None
+    for kind in ("ember", "Learner"):
+        f = res["contenders"].get(f"{kind} fusion", {}).get("median_s")
+        u = res["contenders"].get(f"{kind} ndarray", {}).get("median_s")
+        res[f"{kind.lower()}_fusion_over_ndarray"] = f / u if f and u else None
     return res
+
+
+def _fusion_state() -> str:
+    """Whether Fusion(NdArray) runs generated kernels here, and the default CPU device."""
+    from ember.backend import Fusion, NdArray
+    fused = Fusion(NdArray())
+    return (f"{'kernels on' if fused.fusing else 'OFF (no C compiler: a pass-through)'}, "
+            f"min_numel {fused.min_numel}; em.device('cpu') is {em.device('cpu')}")
 
 
 def _fmt(v, spec):
@@ -454,14 +489,15 @@ def report(res: dict) -> str:
              f"torch {m['torch'] or 'absent'}; thread pools: {m['thread_pools']}",
              f"digits: {res['n_train']} training / {res['n_test']} validation images; batch "
              f"{a['batch_size']}, Adam lr {a['lr']:g}, {a['epochs']} epochs (+ "
-             f"{WARMUP_STEPS} warm-up steps), 1 thread", ""]
+             f"{WARMUP_STEPS} warm-up steps), 1 thread; ember fusion: {res['fusion']}", ""]
     lines.append("seconds per training epoch (median of epochs; lower is better); ember / "
                  f"torch target <= {TARGET_RATIO:g}")
     head = (f"  {'model':<6}{'contender':<16}{'s/epoch':>9}{'best':>9}{'x torch':>9}"
             f"{'loss':>9}{'val acc':>9}")
     lines.append(head)
     for model, r in res["models"].items():
-        names = ["ember loop", "torch eager", "ember Learner"]
+        names = ["ember fusion", "ember ndarray", "torch eager", "Learner fusion",
+                 "Learner ndarray"]
         for n in names:
             c = r["contenders"].get(n)
             if c is None:
@@ -478,19 +514,26 @@ def report(res: dict) -> str:
                          f"{_fmt(c['best_s'], '9.3f')}"
                          f"{(f'{ratio:.2f}x' if ratio is not None else ''):>9}"
                          f"{_fmt(loss, '9.4f')}{_fmt(c['val_accuracy'], '9.1%')}{verdict}")
+        for kind in ("ember", "Learner"):
+            q = r.get(f"{kind.lower()}_fusion_over_ndarray")
+            if q is not None:
+                ok = "met" if q <= TARGET_FUSION_RATIO else "MISSED"
+                lines.append(f"  {'':<6}{kind} fusion / ndarray = {q:.3f}   target <= "
+                             f"{TARGET_FUSION_RATIO:g}  {ok}")
         if "ember_model" in r:
             d = r.get("max_logit_diff_same_weights")
             extra = f", max |logit diff| with the same weights {d:.1e}" if d is not None \
                 else ""
             lines.append(f"  {'':<6}({r['ember_model']}, {r['num_params']} params{extra})")
-    lines.append("  (ember loop: Autodiff(NdArray) in a plain loop, backward + "
-                 "GradientsParams.from_grads + Adam.step;")
-    lines.append("   torch eager: zero_grad + backward + Adam.step; the two alternate epoch by "
-                 "epoch from the same weights")
-    lines.append("   on the same batches; ember Learner: the same model through "
-                 "ember.train.Learner, run afterwards;")
-    lines.append("   loss: mean training loss of the last epoch; val acc: on the validation "
-                 "split after training)")
+    lines.append("  (ember fusion / ndarray: Autodiff(Fusion(NdArray)) / Autodiff(NdArray) in a "
+                 "plain loop, backward +")
+    lines.append("   GradientsParams.from_grads + Adam.step; torch eager: zero_grad + backward "
+                 "+ Adam.step; the loops")
+    lines.append("   alternate epoch by epoch from the same weights on the same batches; "
+                 "Learner: the same model")
+    lines.append("   through ember.train.Learner, run afterwards; loss: mean training loss of "
+                 "the last epoch;")
+    lines.append("   val acc: on the validation split after training)")
     for name, why in res["absent"].items():
         lines.append(f"  absent: {name}: {why}")
     return "\n".join(lines)
@@ -510,6 +553,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     ap.add_argument("--quiet", action="store_true", help="no per-epoch lines")
+    ap.add_argument("--fusion", choices=sorted(FUSION_MODES), default="both",
+                    help="ember on Fusion(NdArray) (on), on NdArray (off) or both, side by "
+                    "side (default both)")
     args = ap.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     bad = [m for m in models if m not in MODELS]
@@ -530,12 +576,14 @@ def main(argv=None) -> int:
     for model in models:
         out[model] = bench_model(torch, model, data, epochs=args.epochs,
                                  batch_size=args.batch_size, lr=args.lr, seed=args.seed,
-                                 learner=not args.no_learner, log=log)
+                                 learner=not args.no_learner, log=log,
+                                 modes=FUSION_MODES[args.fusion])
     res = {"machine": _machine(torch, pools),
            "args": {"epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
                     "seed": args.seed, "limit": args.limit},
            "n_train": int(len(data["y_train"])), "n_test": int(len(data["y_test"])),
-           "models": out, "absent": absent, "target_ember_over_torch": TARGET_RATIO}
+           "models": out, "absent": absent, "target_ember_over_torch": TARGET_RATIO,
+           "target_fusion_over_ndarray": TARGET_FUSION_RATIO, "fusion": _fusion_state()}
     print(report(res))
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2) + "\n")

@@ -55,6 +55,19 @@ def test_info_lists_ndarray_as_usable_and_cuda_with_a_reason():
         assert needle in r.stdout, (needle, r.stdout)
 
 
+def test_info_names_the_default_cpu_device(monkeypatch):
+    import ember as em
+    r = _ember("info")
+    assert r.returncode == 0, r.stderr
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("default CPU device:")]
+    assert line and f"{em.device('cpu')} (" in line[0], r.stdout
+    # without a C compiler: plain NdArray, and why
+    monkeypatch.setenv("EMBER_CC", str(ROOT / "no-such-compiler"))
+    r = _ember("info")
+    assert r.returncode == 0, r.stderr
+    assert "default CPU device: ndarray cpu:0 (fusion off: EMBER_CC=" in r.stdout, r.stdout
+
+
 def test_info_json(capsys):
     from ember.cli.main import main
     assert main(["info", "--json"]) == 0
@@ -197,9 +210,11 @@ def test_bench_overhead_smoke(tmp_path):
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr + r.stdout
     res = json.loads(out.read_text())
-    for name in ("numpy", "ember NdArray", "ember Autodiff(NdArray)"):
+    for name in ("numpy", "ember NdArray", "ember Autodiff(NdArray)", "ember Fusion(NdArray)",
+                 "ember Autodiff(Fusion(NdArray))"):
         assert res["per_op_us"][name] > 0
-    assert res["mlp_steps_per_s"].get("ember Autodiff(NdArray)", 0) > 0, res["absent"]
+    for name in ("ember Autodiff(NdArray)", "ember Autodiff(Fusion(NdArray))"):
+        assert res["mlp_steps_per_s"].get(name, 0) > 0, res["absent"]
     try:
         import torch  # noqa: F401
         have_torch = True

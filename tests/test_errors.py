@@ -40,7 +40,7 @@ def test_mixing_devices(other):
     for fn, op in [(lambda: a + b, "add"), (lambda: b * a, "mul"), (lambda: a - b, "sub")]:
         m = message(DeviceError, fn)
         assert m.startswith(op + ":"), m
-        assert "ndarray cpu:0" in m and str(other) in m and "to_device" in m
+        assert str(ND) in m and str(other) in m and "to_device" in m
     # after moving, it works
     assert (a + b.to_device(ND)).shape == (2, 3)
 
@@ -184,7 +184,7 @@ def test_autodiff_errors():
     m = message(AutodiffError, lambda: em.zeros(2, device=AD).sum().backward())
     assert "backward" in m and "not tracked" in m and "require_grad" in m
     m = message(AutodiffError, lambda: em.zeros(2).sum().backward())
-    assert "backward" in m and "ndarray cpu:0" in m and "autodiff" in m
+    assert "backward" in m and str(em.default_device()) in m and "autodiff" in m
     x = em.zeros(2, device=AD).require_grad()
     loss = (x * 2.0).sum()
     loss.backward()

@@ -164,8 +164,9 @@ def test_custom_renderer_should_stop(tmp_path):
 
 
 def test_bench_train_cpu_smoke(tmp_path):
-    """bench/train_cpu.py briefly: ember and PyTorch (when installed) train the same models
-    from the same weights on the same batches, so their first-epoch losses agree."""
+    """bench/train_cpu.py briefly: ember on Fusion(NdArray) and on NdArray, and PyTorch (when
+    installed), train the same models from the same weights on the same batches, so their
+    first-epoch losses agree."""
     out = tmp_path / "bench.json"
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "train_cpu.py"), "--epochs", "1",
                         "--limit", "256", "--quiet", "--json", str(out)], cwd=ROOT,
@@ -175,12 +176,16 @@ def test_bench_train_cpu_smoke(tmp_path):
     assert set(res["models"]) == {"cnn", "mlp"}
     for model, m in res["models"].items():
         c = m["contenders"]
-        assert "ember loop" in c and "ember Learner" in c, (model, m["absent"])
-        assert c["ember loop"]["epoch_seconds"][0] > 0
+        for name in ("ember fusion", "ember ndarray", "Learner fusion", "Learner ndarray"):
+            assert name in c, (model, name, m["absent"])
+        assert c["ember fusion"]["epoch_seconds"][0] > 0
+        assert m["ember_fusion_over_ndarray"] > 0
+        lf, ln = c["ember fusion"]["epoch_loss"][0], c["ember ndarray"]["epoch_loss"][0]
+        assert abs(lf - ln) < 1e-4 * max(1.0, abs(ln)), (model, lf, ln)
         if "torch" in res["absent"]:
             continue
         assert "torch eager" in c, (model, m["absent"])
         assert m["max_logit_diff_same_weights"] < 1e-4
-        le, lt = c["ember loop"]["epoch_loss"][0], c["torch eager"]["epoch_loss"][0]
-        assert abs(le - lt) < 1e-3 * max(1.0, abs(lt)), (model, le, lt)
-    assert "s/epoch" in r.stdout and "x torch" in r.stdout
+        lt = c["torch eager"]["epoch_loss"][0]
+        assert abs(ln - lt) < 1e-3 * max(1.0, abs(lt)), (model, ln, lt)
+    assert "s/epoch" in r.stdout and "x torch" in r.stdout and "fusion / ndarray" in r.stdout

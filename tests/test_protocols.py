@@ -160,10 +160,10 @@ def test_to_device_ndarray_and_autodiff():
 def test_repr_small():
     r = repr(em.tensor([1.5, -2.0]))
     assert r.startswith("Tensor([") and "1.5" in r and "-2." in r
-    assert "shape=(2,)" in r and "dtype=f32" in r and "device=ndarray cpu:0" in r
+    assert "shape=(2,)" in r and "dtype=f32" in r and f"device={em.default_device()}" in r
     assert "require_grad" not in r
     r = repr(em.tensor([1.0], device=AD).require_grad())
-    assert "autodiff(ndarray) cpu:0" in r and "require_grad" in r
+    assert str(AD) in r and "require_grad" in r
     assert "3" in repr(em.tensor(3)) and "shape=()" in repr(em.tensor(3))
     assert "1.5" in repr(em.tensor([1.5, 2.25], dtype="bf16")) and "bf16" in \
         repr(em.tensor([1.5], dtype="bf16"))

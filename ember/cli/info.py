@@ -50,6 +50,28 @@ def versions() -> dict[str, str]:
     }
 
 
+def default_cpu() -> dict:
+    """``em.device("cpu")``: Fusion(NdArray) and the C compiler of its kernels, or plain
+    NdArray and why fusion is off."""
+    from ..backend.fusion import Fusion
+    from ..backend.ndarray import NdArray
+    from ..tensor.device import device
+    fused = Fusion(NdArray())
+    out = {"device": str(device("cpu")), "fusion": fused.fusing, "compiler": None,
+           "reason": None}
+    comp = getattr(fused.runtime, "compiler", None)
+    if comp is not None:
+        version = (getattr(comp, "version", "") or "").splitlines()
+        out["compiler"] = version[0] if version else comp.argv[0]
+    elif not fused.fusing:
+        if os.environ.get("EMBER_FUSION_RUNTIME", "") == "none":
+            out["reason"] = "EMBER_FUSION_RUNTIME=none"
+        else:
+            out["reason"] = getattr(NdArray(), "kernel_runtime_reason", None) or \
+                "no kernel runtime"
+    return out
+
+
 def report() -> dict:
     """Everything `ember info` prints, as plain data."""
     from ..backend.stacks import backend_info, stacks
@@ -58,6 +80,7 @@ def report() -> dict:
         "versions": versions(),
         "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
         "cpu": {"name": cpu_name(), "logical_cpus": total, "usable_cpus": usable},
+        "default_cpu": default_cpu(),
         "backends": [{"name": b.name, "usable": b.reason is None, "reason": b.reason,
                       "detail": b.detail} for b in backend_info()],
         "stacks": [s.name for s in stacks()],
@@ -91,5 +114,8 @@ def run_info(as_json: bool = False) -> int:
         print(f"  {b['name']:<{width}}  {b['reason']}")
     if not unusable:
         print("  (none)")
+    d = r["default_cpu"]
+    how = f"C kernels by {d['compiler']}" if d["fusion"] else f"fusion off: {d['reason']}"
+    print(f"\ndefault CPU device: {d['device']} ({how})")
     print("\nstacks tested by the conformance suite: " + ", ".join(r["stacks"]))
     return 0

@@ -14,9 +14,11 @@ def device(kind: str = "cpu", index: int = 0, *, fusion: bool | None = None,
     """A device by name: ``"cpu"`` (or ``"cpu:0"``). With ``autodiff=True`` it tracks
     gradients (the same as ``.autodiff()``).
 
-    ``fusion=True`` gives Fusion(NdArray): ops recorded lazily and run as generated C kernels
-    (unfused, with identical results, when no C compiler is found). Until its speed targets are
-    shown, plain NdArray stays the default (``fusion=None``/``False``).
+    ``"cpu"`` is Fusion(NdArray): ops recorded lazily and run as generated C kernels (small
+    ones at once on NdArray, where a kernel would not pay). When no C compiler is usable,
+    ember says so once and gives plain NdArray, with identical results. ``fusion=False``
+    gives plain NdArray; ``fusion=True`` insists on Fusion(NdArray) (a pass-through without
+    a compiler).
     """
     if ":" in kind:
         kind, _, idx = kind.partition(":")
@@ -24,11 +26,12 @@ def device(kind: str = "cpu", index: int = 0, *, fusion: bool | None = None,
     kind = kind.lower()
     if kind == "cpu":
         from ..backend.ndarray import NdArray
-        if fusion:
+        dev = NdArray().device(index)
+        if fusion or fusion is None:
             from ..backend.fusion import Fusion
-            dev = Fusion(NdArray()).device(index)
-        else:
-            dev = NdArray().device(index)
+            fused = Fusion(NdArray())
+            if fusion or fused.fusing:
+                dev = fused.device(index)
     elif kind in ("cuda", "gpu"):
         # Fusion(Cuda) unless fusion=False (FUSION_BY_DEFAULT in ember/backend/cuda)
         from ..backend.cuda import cuda_device
@@ -44,11 +47,17 @@ def device(kind: str = "cpu", index: int = 0, *, fusion: bool | None = None,
 
 
 def default_device() -> Device:
+    """The device creation functions use when given none: `set_default_device`'s (per
+    thread), else ``device("cpu")``."""
     d = getattr(_default, "device", None)
     if d is None:
-        from ..backend.ndarray import NdArray
-        d = NdArray().device(0)
+        d = _CPU[0]
+        if d is None:
+            d = _CPU[0] = device("cpu")
     return d
+
+
+_CPU = [None]     # device("cpu"), made on first use
 
 
 def set_default_device(dev) -> None:

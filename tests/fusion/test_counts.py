@@ -196,10 +196,17 @@ def test_without_a_runtime_ops_run_unfused_with_identical_results():
     np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
-def test_device_cpu_with_fusion_is_fusion_over_ndarray():
-    """`em.device("cpu", fusion=True)` is Fusion(NdArray); plain "cpu" stays NdArray."""
+def test_device_cpu_is_fusion_over_ndarray():
+    """`em.device("cpu")` is Fusion(NdArray) (plain NdArray, said once, when no C compiler is
+    usable); ``fusion=False`` gives NdArray, ``fusion=True`` insists on Fusion."""
     import ember as em
     from ember.backend import Fusion, NdArray
-    assert em.device("cpu", fusion=True) is Fusion(NdArray()).device(0)
-    assert em.device("cpu") is NdArray().device(0)
-    assert em.device("cpu", fusion=True, autodiff=True).backend.inner is Fusion(NdArray())
+    fused = Fusion(NdArray())
+    assert em.device("cpu", fusion=True) is fused.device(0)
+    assert em.device("cpu", fusion=False) is NdArray().device(0)
+    assert em.device("cpu:1", fusion=False) is NdArray().device(1)
+    want = fused if fused.fusing else NdArray()
+    assert em.device("cpu") is want.device(0)
+    assert em.default_device() is want.device(0)
+    assert em.device("cpu", autodiff=True).backend.inner is want
+    assert em.tensor([1.0]).device is want.device(0)

@@ -27,9 +27,9 @@ from ...ops.registry import OPS
 from ..base import Backend
 from . import runtime as _rt
 from .cache import PlanCache
-from .stats import OP_COUNTS as _OPS
+from .stats import EAGER, INNER, VIEW_OP, OP_COUNTS as _OPS
 from .planner import EW, RED, VIEW
-from .stream import _SIGS, FusionPrim, Stream, numel, sig_of
+from .stream import _SIGS, FusionPrim, Stream, _transposed, numel, sig_of
 
 _EW_CATEGORIES = frozenset({"unary", "binary", "cast", "other"})
 _VIEWS = frozenset({"reshape", "expand", "permute", "slice", "unfold"})
@@ -37,8 +37,9 @@ _REDUCTIONS = frozenset({"sum", "prod", "max", "min"})
 _HALF = (dt.float16, dt.bfloat16)
 
 
-#: below this many elements a fusable op with ready inputs runs on the inner backend
-DEFAULT_MIN_NUMEL = 4096
+#: below this many elements a fusable op with ready inputs runs on the inner backend (here a
+#: chain of 4 elementwise ops on 2^16 f32 breaks even with NumPy: docs/fusion.md)
+DEFAULT_MIN_NUMEL = 1 << 16
 #: a flushed stream part that is a single op runs on the inner backend below this many
 #: elements (a kernel fusing one op only wins when it is large enough to run threaded)
 SINGLE_OP_MIN = 1 << 17
@@ -62,14 +63,22 @@ def _shape_of(p):
     return p.node.shape if type(p) is FusionPrim else tuple(getattr(p, "shape", ()))
 
 
-def _transposes(prims, n) -> bool:
-    """Whether an input of ``n`` elements (as many as the output) is laid out other than
-    row-major: a kernel, which writes row-major, would copy it transposed, where NumPy keeps
-    the input's memory order."""
+def _transposes(prims, min_numel) -> bool:
+    """Whether an input is a large array laid out other than row-major (`_transposed`):
+    a kernel, which writes row-major, would copy it transposed."""
     for p in prims:
-        if type(p) is np.ndarray and p.size == n and not p.flags.c_contiguous:
+        if type(p) is np.ndarray and _transposed(p, min_numel):
             return True
     return False
+
+
+def _mergeable(x, groups) -> bool:
+    """Whether ``x`` is an array whose dims in each group (runs of adjacent dims) merge into
+    one strided dim."""
+    if type(x) is not np.ndarray:
+        return False
+    st, sh = x.strides, x.shape
+    return all(st[d] == st[d + 1] * sh[d + 1] for g in groups for d in g[:-1])
 
 
 def _inputs(prims):
@@ -83,11 +92,13 @@ class Fusion(Backend):
     runtime. ``runtime`` picks it: ``"auto"`` (``inner.kernel_runtime``, overridable with
     ``EMBER_FUSION_RUNTIME``), ``"interpret"`` (the IR interpreter, for tests) or ``"none"``.
 
-    ``min_numel``: a fusable op whose inputs are all ready and whose tensors have fewer
-    elements runs at once on the inner backend, unrecorded -- on tensors that small a kernel
-    launch costs more than the op -- and so does a flushed stream part that is one op on
-    fewer than ``SINGLE_OP_MIN`` elements. ``None``: ``EMBER_FUSION_MIN_NUMEL``, else
-    `DEFAULT_MIN_NUMEL`; ``0`` records and fuses every op (what the fusion tests use).
+    ``min_numel``: a fusable op whose inputs are all ready and whose output has fewer
+    elements runs at once on the inner backend, unrecorded -- on tensors that small,
+    recording and a kernel launch cost more than the op. So do, when ``min_numel`` is not 0,
+    ready reductions and single-op stream parts below ``SINGLE_OP_MIN`` elements, and ops
+    that would read a large input transposed (docs/fusion.md, "Small ops run at once").
+    ``None``: ``EMBER_FUSION_MIN_NUMEL``, else `DEFAULT_MIN_NUMEL`; ``0`` records and fuses
+    every op (the conformance stacks and the fusion tests).
     """
 
     def __init__(self, inner: Backend, runtime: str = "auto", min_numel: int | None = None):
@@ -107,6 +118,7 @@ class Fusion(Backend):
         self._kinds = {}
         self._small = {}      # shape -> whether ops of that size run on the inner backend
         self._small_red = {}  # input shape -> True: reductions of it run there
+        self._how = {}        # op -> {output shape: `_decide`'s verdict}
         #: Sigs of ops last flushed alone, with ready inputs: such ops run on the inner
         #: backend at once (the same computation, without recording and planning)
         self.alone = set()
@@ -152,39 +164,60 @@ class Fusion(Backend):
         return k
 
     def _execute_fused(self, op, prims, attrs, meta, device):
+        for p in prims:
+            if type(p) is FusionPrim:
+                return self._execute_handles(op, prims, attrs, meta, device)
+        # every input is a ready inner primitive (or a Python scalar): the common path. How
+        # an op of this output shape runs is decided once: at once on the inner backend
+        # (small elementwise ops, views, ops fusion cannot hold), or through `_record`.
+        how = self._how.get(op)
+        if how is not None:
+            how = how.get(meta[0])
+        if how is None:
+            how = self._decide(op, meta[0])
+        if how:
+            _OPS[how] += 1
+            dev = device.inner
+            return dev._execute(op, prims, attrs, meta, dev)
+        kind = self._kinds.get(op)
+        if kind is RED and self._small_red.get(getattr(prims[0], "shape", None)):
+            # a reduction of a ready input below the single-op size: there is no prologue
+            # to fuse, and the inner reduction over several dims is one pass (kernels: one
+            # per dim)
+            _OPS[EAGER] += 1
+            dev = device.inner
+            return dev._execute(op, prims, attrs, meta, dev)
+        return self._record(op, kind, prims, None, attrs, meta, device)
+
+    def _decide(self, op, shape) -> int:
+        """How ``op`` with ready inputs and output ``shape`` runs: `EAGER` (a small
+        elementwise op), `INNER` (an op fusion cannot hold), `VIEW_OP` (a view: the inner
+        backend's own), or 0 (`_record` decides)."""
         kind = self._kinds.get(op)
         if kind is None:
             kind = self._classify(op)
-        for p in prims:
-            if type(p) is FusionPrim:
-                break
+        if not kind:
+            how = INNER
+        elif kind is VIEW:
+            how = VIEW_OP
+        elif kind is EW and self._is_small(shape):
+            how = EAGER
         else:
-            # every input is a ready inner primitive (or a Python scalar): the common path
-            if kind is EW:
-                small = self._small.get(meta[0])
-                if small is None:
-                    small = self._is_small(meta[0])
-                if small:
-                    # small tensors: the inner op costs less than recording it and a kernel
-                    _OPS[0] += 1
-                    dev = device.inner
-                    return dev._execute(op, prims, attrs, meta, dev)
-            elif kind is VIEW:
-                # a view of a ready value is the inner backend's own view: no kernel, no copy
-                dev = device.inner
-                return dev._execute(op, prims, attrs, meta, dev)
-            elif not kind:
-                _OPS[1] += 1
-                dev = device.inner
-                return dev._execute(op, prims, attrs, meta, dev)
-            elif self._small_red.get(getattr(prims[0], "shape", None)):
-                # a reduction of a ready input below the single-op size: there is no
-                # prologue to fuse, and the inner reduction over several dims is one pass
-                # (kernels: one per dim)
-                _OPS[0] += 1
-                dev = device.inner
-                return dev._execute(op, prims, attrs, meta, dev)
-            return self._record(op, kind, prims, None, attrs, meta, device)
+            how = 0
+        by_shape = self._how.get(op)
+        if by_shape is None:
+            by_shape = self._how[op] = {}
+        elif len(by_shape) > 1024:
+            by_shape.clear()
+        by_shape[shape] = how
+        return how
+
+    def _execute_handles(self, op, prims, attrs, meta, device):
+        """``_execute_fused`` when some inputs are Fusion handles (pending, or holding their
+        values)."""
+        kind = self._kinds.get(op)
+        if kind is None:
+            kind = self._classify(op)
         # some inputs are Fusion handles (pending, or holding their values)
         if not kind:
             return self._inner(op, prims, attrs, meta, device)
@@ -214,14 +247,16 @@ class Fusion(Backend):
             # every input is ready: as in the common path
             if kind is VIEW or (kind is EW and self._is_small(meta[0])):
                 if kind is EW:
-                    _OPS[0] += 1
+                    _OPS[EAGER] += 1
                 dev = device.inner
                 return dev._execute(op, ins, attrs, meta, dev)
             return self._record(op, kind, ins, None, attrs, meta, device)
         if kind is EW:
             shape = meta[0]
-            if self.min_numel and len(shape) > 1 and _transposes(ins, numel(shape)):
-                # a kernel would copy a full-size input transposed: inner op instead
+            if self.min_numel and len(shape) > 1 and _transposes(ins, self.min_numel):
+                # a kernel would copy a large input transposed (a conv output in
+                # channels-last order, say): its pending inputs are computed, and the op
+                # runs on the inner backend, which keeps the input's memory order
                 return self._inner(op, prims, attrs, meta, device, True)
             if 0 not in shape:
                 # recorded, to fuse with what computes its pending inputs
@@ -286,8 +321,8 @@ class Fusion(Backend):
         if sig is None:
             sig = sig_of(*k)
         if stream is None:
-            if sig in self.alone or (len(shape) > 1 and _transposes(prims, sig.numel)):
-                _OPS[0] += 1
+            if sig in self.alone or (len(shape) > 1 and _transposes(prims, self.min_numel)):
+                _OPS[EAGER] += 1
                 dev = device.inner
                 return dev._execute(op, prims, attrs, meta, dev)
             try:
@@ -310,9 +345,37 @@ class Fusion(Backend):
                                 handle=False)
             recorded = True
         cur_shape = shape
-        for d in reversed(attrs["dims"]):
-            if cur_shape[d] == 1:
-                continue
+        dims = sorted(d for d in set(attrs["dims"]) if shape[d] != 1)
+        groups = []                   # runs of adjacent reduced dims
+        for d in dims:
+            if groups and groups[-1][-1] == d - 1:
+                groups[-1].append(d)
+            else:
+                groups.append([d])
+        if len(groups) < len(dims) and _mergeable(cur, groups):
+            # adjacent reduced dims of a ready buffer merge into one (a reshape): one kernel
+            # and one pass for them, where a kernel per dim would write and read an
+            # intermediate (a pending input's dims cannot merge: reading a merged index of
+            # it takes a division, which index maps do not hold)
+            first = {g[0]: g for g in groups}
+            merged, dims, d = [], [], 0
+            while d < len(shape):
+                g = first.get(d)
+                if g is None:
+                    merged.append(shape[d])
+                    d += 1
+                    continue
+                dims.append(len(merged))
+                n = 1
+                for e in g:
+                    n *= shape[e]
+                merged.append(n)
+                d = g[-1] + 1
+            cur_shape = tuple(merged)
+            cur = stream.record(sig_of(VIEW, OPS["reshape"], (("shape", cur_shape),),
+                                       cur_shape, acc), (cur,), dev, handle=False)
+            recorded = True
+        for d in reversed(dims):
             cur_shape = cur_shape[:d] + (1,) + cur_shape[d + 1:]
             cur = stream.record(sig_of(RED, name, (("axis", d),), cur_shape, acc), (cur,), dev,
                                 handle=False)
@@ -333,7 +396,7 @@ class Fusion(Backend):
         fusable op that runs there because a kernel would not pay)."""
         vals = tuple([_value(p) if type(p) is FusionPrim else p for p in prims])
         dev = device.inner
-        _OPS[0 if eager else 1] += 1
+        _OPS[EAGER if eager else INNER] += 1
         return dev._execute(op, vals, attrs, meta, dev)
 
     # -- data -----------------------------------------------------------------------------

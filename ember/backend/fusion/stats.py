@@ -27,9 +27,11 @@ class Counts:
             setattr(self, k, 0.0 if k.endswith("_s") else 0)
 
 
-#: the per-op counters ``eager_ops`` and ``inner_ops``, bumped without a lock or a thread
-#: lookup (``OP_COUNTS[0] += 1``); several threads running ops at once may lose a count
-OP_COUNTS = [0, 0]
+#: the per-op counters, bumped without a lock or a thread lookup (``OP_COUNTS[EAGER] +=
+#: 1``; several threads running ops at once may lose a count): ``eager_ops``, ``inner_ops``
+#: and views of ready values (not reported)
+EAGER, INNER, VIEW_OP = 1, 2, 3
+OP_COUNTS = [0, 0, 0, 0]
 
 _lock = threading.Lock()
 _live = set()              # the Counts of running threads
@@ -75,10 +77,11 @@ def stats() -> dict:
     * ``kernels``: generated kernels launched;
     * ``inner_ops``: ops that ran on the inner backend instead (ops fusion cannot hold:
       matmul, conv, sort, indexing ..., and everything when no kernel runtime is available);
-    * ``eager_ops``: fusable ops run at once on the inner backend, because their tensors are
-      too small for a kernel to pay off (see ``Fusion(min_numel=...)``) or because their
-      stream part was a single small op;
-    * ``recorded_ops``: ops recorded lazily; ``flushes``: times a stream was planned;
+    * ``eager_ops``: fusable ops run at once on the inner backend, where a kernel would not
+      pay (small tensors, a single op, an input laid out other than row-major: see
+      ``Fusion(min_numel=...)`` and docs/fusion.md);
+    * ``recorded_ops``: ops recorded lazily (counted when their stream part is flushed or
+      dropped); ``flushes``: times a stream part was planned or replayed;
     * ``plan_cache_hits`` / ``plan_cache_misses``: flushes that reused a cached plan (and its
       compiled kernels) / that had to plan;
     * ``compiles``, ``compile_time_s``: kernels compiled (memory and disk caches included)
@@ -89,8 +92,8 @@ def stats() -> dict:
     with _lock:
         every = list(_live) + [_retired]
     out = {k: sum(getattr(c, k) for c in every) for k in _FIELDS}
-    out["eager_ops"] += OP_COUNTS[0]
-    out["inner_ops"] += OP_COUNTS[1]
+    out["eager_ops"] += OP_COUNTS[EAGER]
+    out["inner_ops"] += OP_COUNTS[INNER]
     return out
 
 
@@ -98,7 +101,7 @@ def reset_stats() -> None:
     with _lock:
         for c in list(_live) + [_retired]:
             c.zero()
-        OP_COUNTS[0] = OP_COUNTS[1] = 0
+        OP_COUNTS[:] = [0] * len(OP_COUNTS)
 
 
 def log_enabled() -> bool:

@@ -137,7 +137,7 @@ def _seq_of(n):
 class _Entry:
     """A cached plan with what running it needs: per step a tuple for `_run`, and the
     external buffers that must be copied first (strides not a multiple of the itemsize)."""
-    __slots__ = ("plan", "steps", "copies", "n_nodes")
+    __slots__ = ("plan", "steps", "copies", "n_nodes", "unfused")
 
 
 class Stream:
@@ -306,9 +306,12 @@ class Stream:
                 backend.plans.put(key, entry)
             else:
                 c.plan_cache_hits += 1
-            for k in entry.copies:
-                ext_vals[k] = backend.inner.ascontiguous(ext_vals[k])
-            _run(entry, sub, ext_vals, scalars, backend.runtime, raw, c)
+            if entry.unfused is not None:
+                _run_inner_all(entry, sub, ext_vals, scalars)
+            else:
+                for k in entry.copies:
+                    ext_vals[k] = backend.inner.ascontiguous(ext_vals[k])
+                _run(entry, sub, ext_vals, scalars, backend.runtime, raw, c)
             vals = ext_vals
         except Exception as e:
             if strict_mode():
@@ -339,9 +342,17 @@ def _new_entry(sub, targets, backend, raw_vals) -> _Entry:
     e = _Entry()
     e.plan = plan
     e.n_nodes = n = len(sub)
+    E = len(ext_sig)
+    e.unfused = None
+    if backend.min_numel and any(_transposed(v, backend.min_numel) for v in raw_vals):
+        # a kernel writes row-major: reading a large input laid out otherwise (a conv output
+        # in channels-last order, say) it would copy it transposed, where the inner ops keep
+        # the input's memory order. Such a part runs on the inner backend.
+        e.unfused = tuple(tuple(E + x if type(x) is int else
+                                (x[1] if x[0] == "x" else -1 - x[1]) for x in ins_all[i])
+                          for i in range(n))
     e.copies = tuple(k for k, v in enumerate(raw_vals)
                      if any(x % v.itemsize for x in v.strides))
-    E = len(ext_sig)
     runtime = backend.runtime
     launcher = getattr(runtime, "launcher", None)
     steps = []
@@ -361,6 +372,25 @@ def _new_entry(sub, targets, backend, raw_vals) -> _Entry:
             steps.append((3, None, idx, None, s.pos, s))
     e.steps = tuple(steps)
     return e
+
+
+def _transposed(a, min_numel) -> bool:
+    """Whether ``a`` is a large array (``min_numel`` elements or more) that is not laid out
+    row-major, broadcast dims aside."""
+    if a.ndim < 2 or a.size < min_numel or a.flags.c_contiguous:
+        return False
+    st = [abs(s) for s, n in zip(a.strides, a.shape) if n > 1 and s != 0]
+    return any(x < y for x, y in zip(st, st[1:]))
+
+
+def _run_inner_all(entry, sub, env, scalars):
+    """Run every node of ``sub`` on the inner backend (``entry.unfused`` holds its inputs as
+    indices into ``env``, scalars as ``-1 - j``); values are appended to ``env``."""
+    E = len(env)
+    env.extend([None] * entry.n_nodes)
+    for i, idx in enumerate(entry.unfused):
+        env[E + i] = _run_inner(sub[i], [env[j] if j >= 0 else scalars[-1 - j] for j in idx],
+                                "eager_ops")
 
 
 def _describe(sub, targets):
