@@ -5,6 +5,8 @@
 and min -- and returns `FusionPrim` handles. Any other op (matmul, conv, sort, indexing,
 creation, random ...) first materializes the inputs it needs and runs on the inner backend.
 Reads (``to_numpy``, ``native``, DLPack), ``sync`` and a bound on the stream's length flush.
+Where a kernel cannot pay -- small tensors with ready inputs, mostly -- a fusable op runs at
+once on the inner backend too (``min_numel``; docs/fusion.md, "Small ops run at once").
 
 A reduction over several dims is recorded as one single-dim reduction per dim (innermost
 first, keeping dims), then a reshape and a cast; f16/bf16 sums and products accumulate in
@@ -37,8 +39,9 @@ _REDUCTIONS = frozenset({"sum", "prod", "max", "min"})
 _HALF = (dt.float16, dt.bfloat16)
 
 
-#: below this many elements a fusable op with ready inputs runs on the inner backend (here a
-#: chain of 4 elementwise ops on 2^16 f32 breaks even with NumPy: docs/fusion.md)
+#: below this many elements a fusable op with ready inputs runs on the inner backend (on 2^16
+#: f32 a chain of 4 elementwise ops breaks even with NumPy on one thread, of 2 on two threads:
+#: docs/fusion.md)
 DEFAULT_MIN_NUMEL = 1 << 16
 #: a flushed stream part that is a single op runs on the inner backend below this many
 #: elements (a kernel fusing one op only wins when it is large enough to run threaded)
@@ -218,7 +221,6 @@ class Fusion(Backend):
         kind = self._kinds.get(op)
         if kind is None:
             kind = self._classify(op)
-        # some inputs are Fusion handles (pending, or holding their values)
         if not kind:
             return self._inner(op, prims, attrs, meta, device)
         try:
@@ -285,9 +287,9 @@ class Fusion(Backend):
 
     def _record(self, op, kind, prims, stream, attrs, meta, device):
         """Record ``op`` in this thread's stream; ``stream`` is None when every input is
-        ready, and then small ops, ops that last ran alone and ops that would transpose a
-        full-size input run at once on the inner backend, as do ops whose kernel cannot be
-        built (empty tensors, bool max/min ...)."""
+        ready, and then small reductions, ops whose structure last ran alone and ops that
+        would read a large input laid out other than row-major run at once on the inner
+        backend, as do ops whose kernel cannot be built (empty tensors, bool max/min ...)."""
         shape = meta[0]
         if 0 in shape:
             return self._inner(op, prims, attrs, meta, device)
@@ -321,7 +323,8 @@ class Fusion(Backend):
         if sig is None:
             sig = sig_of(*k)
         if stream is None:
-            if sig in self.alone or (len(shape) > 1 and _transposes(prims, self.min_numel)):
+            if sig in self.alone or (self.min_numel and len(shape) > 1 and
+                                     _transposes(prims, self.min_numel)):
                 _OPS[EAGER] += 1
                 dev = device.inner
                 return dev._execute(op, prims, attrs, meta, dev)
