@@ -1,12 +1,15 @@
 """Per-thread op streams: recording, liveness, flushing.
 
 Each thread has its own stream per Fusion backend. An op recorded there becomes a `Node`
-(op, inputs, static args, shape, dtype); the tensor gets a `FusionPrim`, a handle the node
-watches through a weak reference. When a result is needed, the stream *flushes* the nodes it
-depends on: the nodes whose values are still wanted afterwards (a live handle, a pending op
-that reads them, the requested ones) are materialized; every other intermediate lives only
-inside a kernel. A node pending in another thread's stream is flushed under that stream's
-lock; recording never holds two stream locks, so streams cannot deadlock.
+(its interned `Sig` -- kind, op, static args, shape, dtype -- and its inputs); the tensor
+gets a `FusionPrim`, a handle the node watches through a weak reference. When a result is
+needed, the stream *flushes* the nodes it depends on: the nodes whose values are still
+wanted afterwards (a live handle, a pending op that reads them, the requested ones) are
+materialized; every other intermediate lives only inside a kernel. A flush builds the
+plan-cache key (a flat tuple of ints, plus the external buffers' layouts), replays a cached
+plan or plans a new one, and runs it. A node pending in another thread's stream is flushed
+under that stream's lock; recording never holds two stream locks, so streams cannot
+deadlock.
 """
 from __future__ import annotations
 
