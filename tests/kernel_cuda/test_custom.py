@@ -95,10 +95,10 @@ def _cuda_devices_or_skip():
 
 @pytest.mark.parametrize("fused", [False, True], ids=["cuda", "fusion(cuda)"])
 def test_registered_kernel_runs_instead_of_the_backends(fused):
+    plain, fusion = _cuda_devices_or_skip()       # skips before CuPy is imported
     import cupy as cp
 
     import ember as em
-    plain, fusion = _cuda_devices_or_skip()
     dev = fusion if fused else plain
     calls = []
 
@@ -126,11 +126,11 @@ def test_registered_kernel_runs_instead_of_the_backends(fused):
 
 
 def test_registered_kernel_with_a_wrong_result_is_an_error():
+    plain, _ = _cuda_devices_or_skip()            # skips before CuPy is imported
     import cupy as cp
 
     import ember as em
     from ember.errors import DTypeError, ShapeError
-    plain, _ = _cuda_devices_or_skip()
     x = em.tensor(np.ones((4, 3), np.float32), device=plain)
     with register_kernel("exp", lambda x: cp.ones((3, 4), cp.float32)):
         with pytest.raises(ShapeError, match=r"exp.*\(3, 4\).*\(4, 3\)"):

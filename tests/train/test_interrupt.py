@@ -25,6 +25,12 @@ def _cmd(art, *extra):
             "--samples", "2", "--artifact-dir", str(art), *extra]
 
 
+def _default_sigint():
+    """In the child before exec: SIGINT back to its default action, which a runner started
+    in the background (``cmd &`` in a script ignores SIGINT) would otherwise pass on."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _env():
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -36,7 +42,7 @@ def _env():
 def test_sigint_then_resume_loses_no_epoch(tmp_path):
     art = tmp_path / "run"
     p = subprocess.Popen(_cmd(art), cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
     out = []
     watchdog = threading.Timer(120, p.kill)
     watchdog.start()
