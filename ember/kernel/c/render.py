@@ -59,22 +59,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from ... import dtype as dt
 from .. import ir
+from ..c_family import (C_TYPE, CMP, LOW, SIZE, UNSIGNED, WIDE, Dialect, contig, loads_of,
+                        nodes, prod, uses_index)
 
 __all__ = ["Options", "Rendered", "render", "fits_idx32"]
-
-_C = {dt.float64: "double", dt.float32: "float", dt.float16: "float", dt.bfloat16: "float",
-      dt.int64: "int64_t", dt.int32: "int32_t", dt.int16: "int16_t", dt.int8: "int8_t",
-      dt.uint8: "uint8_t", dt.bool_: "uint8_t"}
-_U = {dt.int64: "uint64_t", dt.int32: "uint32_t", dt.int16: "uint16_t", dt.int8: "uint8_t",
-      dt.uint8: "uint8_t", dt.bool_: "uint8_t"}
-# unsigned types wide enough that no operand is promoted to (signed) int
-_W = {dt.int64: "uint64_t", dt.int32: "uint32_t", dt.int16: "uint32_t", dt.int8: "uint32_t",
-      dt.uint8: "uint32_t", dt.bool_: "uint32_t"}
-_LOW = (dt.float16, dt.bfloat16)
 
 ROW_BLOCK = 128          # pairwise-sum block (terms summed with 8 accumulators)
 SPLIT_SEG = 1 << 15      # split-mode segment (a power of two number of blocks)
@@ -119,72 +109,12 @@ def _cd(d: dt.DType) -> dt.DType:
     return ir.compute_dtype(d)
 
 
-def _dtype_size(ctype: str) -> int:
-    return {"double": 8, "float": 4, "int64_t": 8, "uint64_t": 8, "int32_t": 4, "uint32_t": 4,
-            "int16_t": 2, "uint16_t": 2, "int8_t": 1, "uint8_t": 1}[ctype]
-
-
-def _prod(xs) -> int:
-    p = 1
-    for x in xs:
-        p *= int(x)
-    return p
-
-
-# -- literals -------------------------------------------------------------------------------
-def _float_lit(v, d: dt.DType) -> str:
-    x = float(v)
-    if d is dt.float32:
-        x = float(np.float32(x))
-        if math.isnan(x):
-            return '__builtin_nanf("")'
-        if math.isinf(x):
-            return "__builtin_inff()" if x > 0 else "(-__builtin_inff())"
-        return f"({x.hex()}f)"
-    if math.isnan(x):
-        return '__builtin_nan("")'
-    if math.isinf(x):
-        return "__builtin_inf()" if x > 0 else "(-__builtin_inf())"
-    return f"({x.hex()})"
-
-
-def _wrap_int(v: int, d: dt.DType) -> int:
-    bits = 8 * d.itemsize
-    v = int(v) & ((1 << bits) - 1)
-    if d.signed and v >= 1 << (bits - 1):
-        v -= 1 << bits
-    return v
-
-
-def _int_lit(v: int, d: dt.DType) -> str:
-    v = _wrap_int(v, d)
-    if d is dt.int64:
-        if v == -(1 << 63):
-            return "((int64_t)(-9223372036854775807LL - 1))"
-        return f"((int64_t){v}LL)"
-    return f"(({_C[d]}){v})"
-
-
-def _lit(value, d: dt.DType) -> str:
-    d = _cd(d)
-    if d.is_bool:
-        return "((uint8_t)1)" if bool(value) else "((uint8_t)0)"
-    if d.is_int:
-        if isinstance(value, float):
-            if not math.isfinite(value):
-                raise ValueError(f"render: non-finite constant {value!r} of dtype {d.short}")
-            value = int(value)
-        return _int_lit(int(value), d)
-    return _float_lit(value, d)
-
-
-def _minmax_lit(d: dt.DType, which: str) -> str:
-    if d.is_float:
-        return _float_lit(-math.inf if which == "min" else math.inf, d)
-    if d.is_bool:
-        return "((uint8_t)0)" if which == "min" else "((uint8_t)1)"
-    info = np.iinfo(d.np)
-    return _int_lit(info.min if which == "min" else info.max, d)
+# GCC's spellings of NaN, the infinities and the libm functions
+_DIALECT = Dialect(
+    {(dt.float32, "nan"): '__builtin_nanf("")', (dt.float32, "inf"): "__builtin_inff()",
+     (dt.float32, "-inf"): "(-__builtin_inff())", (dt.float64, "nan"): '__builtin_nan("")',
+     (dt.float64, "inf"): "__builtin_inf()", (dt.float64, "-inf"): "(-__builtin_inf())"},
+    lambda name, d: f"__builtin_{name}{'f' if d is dt.float32 else ''}")
 
 
 # -- the preamble ---------------------------------------------------------------------------
@@ -340,7 +270,7 @@ EMBER_INLINE uint16_t ember_hfrom(uint16_t u) { return u; }
 def fits_idx32(kernel) -> bool:
     """Whether every flat index and element offset of ``kernel`` fits in int32."""
     lim = (1 << 31) - 1
-    if _prod(kernel.shape) > 1 << 30:     # margin: p + chunk must not overflow
+    if prod(kernel.shape) > 1 << 30:    # margin: p + chunk must not overflow
         return False
     for v in kernel.inputs:
         lo = hi = int(v.offset)
@@ -385,12 +315,12 @@ class _Gen:
         elif dst is dt.bfloat16:
             put = "return ember_bf2f(b);"
         elif dst.is_float:
-            put = f"{_C[dst]} r; __builtin_memcpy(&r, &b, {dst.itemsize}); return r;"
+            put = f"{C_TYPE[dst]} r; __builtin_memcpy(&r, &b, {dst.itemsize}); return r;"
         elif dst.is_bool:
             put = "return (uint8_t)(b != 0);"
         else:
-            put = f"return ({_C[dst]})({_U[dst]})b;"
-        self.helpers[name] = (f"EMBER_INLINE {_C[_cd(dst)]} {name}({_C[_cd(src)]} x) "
+            put = f"return ({C_TYPE[dst]})({UNSIGNED[dst]})b;"
+        self.helpers[name] = (f"EMBER_INLINE {C_TYPE[_cd(dst)]} {name}({C_TYPE[_cd(src)]} x) "
                               f"{{ {bits} b; {get} {put} }}")
         return name
 
@@ -399,12 +329,12 @@ def _cast_code(x: str, src: dt.DType, dst: dt.DType) -> str:
     """C code converting value ``x`` (carried in src's compute type, a value of dtype
     ``src``) to a value of dtype ``dst`` (carried in dst's compute type)."""
     cs, cdst = _cd(src), _cd(dst)
-    if src is dst or (cs is cdst and dst not in _LOW):
+    if src is dst or (cs is cdst and dst not in LOW):
         return x
     if dst.is_bool:
         return f"((uint8_t)({x} != 0))"
     if src.is_bool:
-        return f"(({_C[cdst]}){x})"
+        return f"(({C_TYPE[cdst]}){x})"
     if dst is dt.float16:
         if cs is dt.float32:
             return f"ember_h2f(ember_f2h({x}))"
@@ -412,16 +342,16 @@ def _cast_code(x: str, src: dt.DType, dst: dt.DType) -> str:
     if dst is dt.bfloat16:
         return f"ember_bf2f(ember_f2bf((float){x}))"
     if dst.is_float:
-        return f"(({_C[dst]}){x})"
+        return f"(({C_TYPE[dst]}){x})"
     # -> int
     if cs.is_float:
         if cs is dt.float32 and dst is not dt.int64:
-            return f"(({_C[dst]})({_U[dst]})ember_f2i32w({x}))"
+            return f"(({C_TYPE[dst]})({UNSIGNED[dst]})ember_f2i32w({x}))"
         f = "ember_f2i64" if cs is dt.float32 else "ember_d2i64"
         if dst is dt.int64:
             return f"{f}({x})"
-        return f"(({_C[dst]})({_U[dst]}){f}({x}))"
-    return f"(({_C[dst]})({_U[dst]}){x})"
+        return f"(({C_TYPE[dst]})({UNSIGNED[dst]}){f}({x}))"
+    return f"(({C_TYPE[dst]})({UNSIGNED[dst]}){x})"
 
 
 def _store_code(x: str, src: dt.DType, out: dt.DType) -> str:
@@ -451,100 +381,17 @@ def _storage_c(d: dt.DType) -> str:
         return "ember_half"
     if d is dt.bfloat16:
         return "uint16_t"
-    return _C[d]
-
-
-def _wrapneg(x: str, d: dt.DType) -> str:
-    return f"(({_C[d]})({_W[d]})(({_W[d]})0 - ({_W[d]}){x}))"
-
-
-def _fsuf(d: dt.DType) -> str:
-    return "f" if d is dt.float32 else ""
-
-
-def _unary_code(op: str, x: str, d: dt.DType) -> str:
-    c = _C[d]
-    if op == "lnot":
-        return f"((uint8_t)({x} == 0))"
-    if d.is_float:
-        s = _fsuf(d)
-        if op == "neg":
-            return f"(-{x})"
-        if op in ("abs", "sqrt", "floor", "ceil", "trunc", "rint"):
-            fn = "fabs" if op == "abs" else op
-            return f"__builtin_{fn}{s}({x})"
-        raise TypeError(f"render: unary {op} of a float operand ({d.short})")
-    if d.is_bool:
-        if op in ("neg", "bnot"):
-            return f"((uint8_t)({x} ^ 1))"
-        if op in ("abs", "floor", "ceil", "trunc", "rint"):
-            return x
-        raise TypeError(f"render: unary {op} of a bool operand")
-    if op == "neg":
-        return _wrapneg(x, d)
-    if op == "abs":
-        return x if not d.signed else f"({x} < 0 ? {_wrapneg(x, d)} : {x})"
-    if op in ("floor", "ceil", "trunc", "rint"):
-        return x
-    if op == "bnot":
-        return f"(({c})({_U[d]})(~({_W[d]}){x}))"
-    raise TypeError(f"render: unary {op} of an int operand ({d.short})")
-
-
-_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+    return C_TYPE[d]
 
 
 def _binary_code(op: str, a: str, b: str, d: dt.DType, masked: bool = False) -> str:
     """``d``: the operands' compute dtype. ``masked``: float max/min as bit-mask selects
     (see ember_self: chains of NaN-propagating clamps otherwise get branches)."""
-    c = _C[d]
-    if op in _CMP:
-        return f"((uint8_t)({a} {_CMP[op]} {b}))"
     if masked and d.is_float and op in ("max", "min"):
         fn = "ember_self" if d is dt.float32 else "ember_seld"
         rel = ">" if op == "max" else "<"
         return f"{fn}((uint8_t)(({a} {rel} {b}) | ({a} != {a})), {a}, {b})"
-    # `|`, not `||`: no branch, so the select vectorizes (blend of two compares)
-    if op == "max":
-        return f"((({a} > {b}) | ({a} != {a})) ? {a} : {b})" if d.is_float else \
-            f"({a} > {b} ? {a} : {b})"
-    if op == "min":
-        return f"((({a} < {b}) | ({a} != {a})) ? {a} : {b})" if d.is_float else \
-            f"({a} < {b} ? {a} : {b})"
-    if d.is_float:
-        if op in ("add", "sub", "mul", "div"):
-            return f"({a} {'+-*/'[('add', 'sub', 'mul', 'div').index(op)]} {b})"
-        if op == "rem":
-            return f"__builtin_fmod{_fsuf(d)}({a}, {b})"
-        raise TypeError(f"render: binary {op} of float operands ({d.short})")
-    if op in ("and", "or", "xor"):
-        sym = {"and": "&", "or": "|", "xor": "^"}[op]
-        return f"(({c})({a} {sym} {b}))"
-    if d.is_bool:
-        raise TypeError(f"render: binary {op} of bool operands")
-    w, u = _W[d], _U[d]
-    if op in ("add", "sub", "mul"):
-        sym = {"add": "+", "sub": "-", "mul": "*"}[op]
-        return f"(({c})({u})(({w}){a} {sym} ({w}){b}))"
-    if op == "div":
-        if d.signed:
-            return (f"({b} == 0 ? ({c})0 : ({b} == -1 ? {_wrapneg(a, d)} : "
-                    f"({c})({a} / {b})))")
-        return f"({b} == 0 ? ({c})0 : ({c})({a} / {b}))"
-    if op == "rem":
-        if d.signed:
-            return f"(({b} == 0 || {b} == -1) ? ({c})0 : ({c})({a} % {b}))"
-        return f"({b} == 0 ? ({c})0 : ({c})({a} % {b}))"
-    bits = 8 * d.itemsize
-    cnt = f"((uint64_t)(int64_t){b})" if d.signed else f"((uint64_t){b})"
-    if op == "shl":
-        return f"({cnt} < {bits}u ? ({c})({u})(({w}){a} << {cnt}) : ({c})0)"
-    if op == "shr":
-        if d.signed:
-            return (f"({cnt} < {bits}u ? ({c})({a} >> {cnt}) : "
-                    f"({a} < 0 ? ({c})-1 : ({c})0))")
-        return f"({cnt} < {bits}u ? ({c})({a} >> {cnt}) : ({c})0)"
-    raise ValueError(f"render: unknown binary op {op!r}; valid: {sorted(ir.BINARY_OPS)}")
+    return _DIALECT.binary_code(op, a, b, d)
 
 
 class _Scope:
@@ -584,13 +431,13 @@ class _Scope:
 
     def _bind(self, code: str, d: dt.DType) -> str:
         t = self.g.tmp()
-        self.lines.append(f"const {_C[_cd(d)]} {t} = {code};")
+        self.lines.append(f"const {C_TYPE[_cd(d)]} {t} = {code};")
         return t
 
     def _node(self, e) -> str:
         v = lambda n: self.memo[id(n)]   # noqa: E731
         if isinstance(e, ir.Const):
-            return _lit(e.value, e.dtype)
+            return _DIALECT.lit(e.value, e.dtype)
         if isinstance(e, ir.Arg):
             if not 0 <= e.index < self.g.n_args:
                 raise ValueError(f"render: Arg({e.index}) but the kernel declares "
@@ -618,13 +465,13 @@ class _Scope:
             want = dt.bool_ if e.op == "lnot" else xd
             if _cd(e.dtype) is not want:
                 raise TypeError(f"render: unary {e.op} of {xd.short} typed {e.dtype.short}")
-            return self._bind(_unary_code(e.op, v(e.x), xd), e.dtype)
+            return self._bind(_DIALECT.unary_code(e.op, v(e.x), xd), e.dtype)
         if isinstance(e, ir.Binary):
             ad, bd = _cd(e.a.dtype), _cd(e.b.dtype)
             if ad is not bd:
                 raise TypeError(f"render: binary {e.op} of {ad.short} and {bd.short} operands "
                                 f"(operands share a dtype; add a Cast)")
-            want = dt.bool_ if e.op in _CMP else ad
+            want = dt.bool_ if e.op in CMP else ad
             if _cd(e.dtype) is not want:
                 raise TypeError(f"render: binary {e.op} of {ad.short} typed {e.dtype.short}")
             return self._bind(_binary_code(e.op, v(e.a), v(e.b), ad, masked=True), e.dtype)
@@ -649,21 +496,6 @@ class _Scope:
         raise TypeError(f"render: unknown expression node {type(e).__name__}")
 
 
-def nodes(exprs) -> list:
-    """Every node of the expressions, each once, by identity. (Not `ir.walk`: hashing a
-    frozen node hashes its whole subtree, exponential in the depth of a shared DAG.)"""
-    seen, out = set(), []
-    stack = list(exprs)
-    while stack:
-        e = stack.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        out.append(e)
-        stack.extend(ir.children(e))
-    return out
-
-
 def _cond_widths(e, memo: dict) -> frozenset:
     """The byte widths of the values a bool expression compares (loop-invariant leaves
     count for none): a float select on a condition of other widths needs a bit-mask select
@@ -679,7 +511,7 @@ def _cond_widths(e, memo: dict) -> frozenset:
             continue
         w: frozenset = frozenset()
         if isinstance(n, ir.Binary):
-            if n.op in _CMP:
+            if n.op in CMP:
                 ad = _cd(n.a.dtype)
                 w = frozenset({ad.itemsize}) if not ad.is_bool else \
                     memo.get(id(n.a), frozenset()) | memo.get(id(n.b), frozenset())
@@ -743,14 +575,6 @@ def _invariant_frontier(e, variant: dict) -> list:
     return out
 
 
-def _uses_index(exprs) -> bool:
-    return any(isinstance(n, ir.Index) for n in nodes(exprs))
-
-
-def _loads_of(exprs) -> set:
-    return {n.buffer for n in nodes(exprs) if isinstance(n, ir.Load)}
-
-
 def _collapse(sizes, strides, merge: bool):
     """Drop size-1 dims and merge adjacent dims contiguous for every stride list
     (``strides[b][d]``). Returns (sizes, strides, dims) where ``dims[i]`` lists the original
@@ -775,14 +599,6 @@ def _collapse(sizes, strides, merge: bool):
             del sizes[i + 1], dims[i + 1]
         i -= 1
     return sizes, strides, dims
-
-
-def _contig(sizes):
-    st, acc = [], 1
-    for n in reversed(sizes):
-        st.append(acc)
-        acc *= n
-    return st[::-1]
 
 
 class _Src:
@@ -829,11 +645,11 @@ def _header(k, gen: _Gen, src: _Src, I: str, out_dtypes):
     for i, ad in enumerate(k.args):
         ad = _cd(ad)
         if ad.is_float:
-            src(f"const {_C[ad]} arg{i} = ({_C[ad]})ember_argd(args, {i});")
+            src(f"const {C_TYPE[ad]} arg{i} = ({C_TYPE[ad]})ember_argd(args, {i});")
         elif ad.is_bool:
             src(f"const uint8_t arg{i} = (uint8_t)(args[{i}] != 0);")
         else:
-            src(f"const {_C[ad]} arg{i} = ({_C[ad]})({_U[ad]})args[{i}];")
+            src(f"const {C_TYPE[ad]} arg{i} = ({C_TYPE[ad]})({UNSIGNED[ad]})args[{i}];")
     src("(void)args; (void)nthreads; (void)chunk;")
 
 
@@ -892,12 +708,12 @@ def _render_elementwise(k: ir.Elementwise, gen: _Gen, I: str) -> tuple:
         if len(v.strides) != len(shape):
             raise ValueError(f"render: view strides {v.strides} do not match the iteration "
                              f"shape {tuple(shape)}")
-    N = _prod(shape)
+    N = prod(shape)
     nb = len(k.inputs)
-    use_index = _uses_index(k.exprs)
+    use_index = uses_index(k.exprs)
     strides = [[int(s) for s in v.strides] for v in k.inputs]
     offs = [int(v.offset) for v in k.inputs]
-    sizes, cstrides, dims = _collapse(shape, strides + [_contig(shape)], merge=not use_index)
+    sizes, cstrides, dims = _collapse(shape, strides + [contig(shape)], merge=not use_index)
     cstrides = cstrides[:nb]
     if not sizes:        # a single element
         sizes, cstrides, dims = [1], [[0] for _ in range(nb)], [[]]
@@ -972,18 +788,18 @@ def _acc_ops(op: str, d: dt.DType):
     if op in ("sum", "prod") and d.is_int:
         # Unsigned accumulators: wrapping sums in them are plain modular arithmetic (and GCC
         # 12 -O3 miscompiles vectorized reductions into narrow *signed* accumulators).
-        u, w = _U[d], _W[d]
+        u, w = UNSIGNED[d], WIDE[d]
         sym = "+" if op == "sum" else "*"
         return (f"(({u}){0 if op == 'sum' else 1})",
                 lambda a, b: f"(({u})(({w}){a} {sym} ({w}){b}))")
     if op == "sum":
-        return _float_lit(-0.0, d), lambda a, b: _binary_code("add", a, b, d)
+        return _DIALECT.float_lit(-0.0, d), lambda a, b: _binary_code("add", a, b, d)
     if op == "prod":
-        return _float_lit(1.0, d), lambda a, b: _binary_code("mul", a, b, d)
+        return _DIALECT.float_lit(1.0, d), lambda a, b: _binary_code("mul", a, b, d)
     if op == "max":
-        return _minmax_lit(d, "min"), lambda a, b: _binary_code("max", a, b, d)
+        return _DIALECT.minmax_lit(d, "min"), lambda a, b: _binary_code("max", a, b, d)
     if op == "min":
-        return _minmax_lit(d, "max"), lambda a, b: _binary_code("min", a, b, d)
+        return _DIALECT.minmax_lit(d, "max"), lambda a, b: _binary_code("min", a, b, d)
     raise ValueError(f"render: unknown reduce op {op!r}; valid: {sorted(ir.REDUCE_OPS)}")
 
 
@@ -1004,24 +820,24 @@ def _render_reduce(k: ir.Reduce, gen: _Gen, I: str) -> tuple:
     AD = _cd(k.prologue.dtype)
     ident, comb = _acc_ops(k.op, AD)
     # accumulator storage type: unsigned for int sums and products (see _acc_ops)
-    ACC = _U[AD] if AD.is_int and k.op in ("sum", "prod") else _C[AD]
-    ACCV = _C[AD]     # the reduced value the epilogue sees
+    ACC = UNSIGNED[AD] if AD.is_int and k.op in ("sum", "prod") else C_TYPE[AD]
+    ACCV = C_TYPE[AD]     # the reduced value the epilogue sees
     pairwise = k.op == "sum" and AD.is_float
     R = shape[a]
     nb = len(k.inputs)
-    use_index = _uses_index([k.prologue, k.epilogue])
-    pro_loads = _loads_of([k.prologue])
+    use_index = uses_index([k.prologue, k.epilogue])
+    pro_loads = loads_of([k.prologue])
     kept = [d for d in range(nd) if d != a]
     kshape = [shape[d] for d in kept]
-    P = _prod(kshape)
+    P = prod(kshape)
     strides = [[int(s) for s in v.strides] for v in k.inputs]
     sa = [s[a] for s in strides]
     offs = [int(v.offset) for v in k.inputs]
     ks = [[s[d] for d in kept] for s in strides]
     bc = bool(getattr(k, "broadcast", False))
     # broadcast: the output has the full shape; its offset o{nb} walks with the inputs'
-    full_cs = _contig(shape)
-    out_ks = [full_cs[d] for d in kept] if bc else _contig(kshape)
+    full_cs = contig(shape)
+    out_ks = [full_cs[d] for d in kept] if bc else contig(kshape)
     OSA = full_cs[a] if bc else 0
     sizes, cstrides, dims = _collapse(kshape, ks + [out_ks], merge=not use_index)
     nbo = nb + 1 if bc else nb          # buffers the odometer tracks (+ the output)
@@ -1134,7 +950,7 @@ def _render_reduce(k: ir.Reduce, gen: _Gen, I: str) -> tuple:
         seeds = {}
         if front:
             for i, n in enumerate(front):
-                src(f"{_C[_cd(n.dtype)]} h{i}_[{W}];")
+                src(f"{C_TYPE[_cd(n.dtype)]} h{i}_[{W}];")
             src(*_pragma_simd(opts))
             src.open(f"for ({I} j = 0; j < jn; j++)")
             sc = _Scope(gen, k.inputs, lambda b: load(b, None), idx_fn("0", True, "j"),
@@ -1236,7 +1052,7 @@ def _render_reduce(k: ir.Reduce, gen: _Gen, I: str) -> tuple:
             src("st_[top_++] = s_;")
             src.close()
             src.open("if (top_ == 0)")
-            src(f"{target} = {_float_lit(0.0, AD)};")
+            src(f"{target} = {_DIALECT.float_lit(0.0, AD)};")
             src.close()
             src.open("else")
             src(f"{ACC} s_ = st_[--top_];")
@@ -1360,11 +1176,11 @@ def _render_reduce(k: ir.Reduce, gen: _Gen, I: str) -> tuple:
         work = P * R
         NV = sizes[-1]
         outer_sizes = sizes[:-1]
-        W = max(16, COL_BYTES // _dtype_size(ACC))
-        while W > 16 and (NV <= W // 2 or _prod(outer_sizes) * ((NV + W - 1) // W) < 16):
+        W = max(16, COL_BYTES // SIZE[ACC])
+        while W > 16 and (NV <= W // 2 or prod(outer_sizes) * ((NV + W - 1) // W) < 16):
             W //= 2        # fewer lanes when the items would be too few to share out
         nvb = (NV + W - 1) // W
-        PO = _prod(outer_sizes)
+        PO = prod(outer_sizes)
         nblocks = max(1, (R + ROW_BLOCK - 1) // ROW_BLOCK)
         depth = max(1, math.ceil(math.log2(nblocks)) + 1) if nblocks > 1 else 1
         src(f"const {I} NVB = {nvb};")
@@ -1413,7 +1229,7 @@ def _render_reduce(k: ir.Reduce, gen: _Gen, I: str) -> tuple:
             src("top_++;")
             src.close()
             src.open("if (top_ == 0)")
-            src(f"for ({I} j = 0; j < {W}; j++) acc[j] = {_float_lit(0.0, AD)};")
+            src(f"for ({I} j = 0; j < {W}; j++) acc[j] = {_DIALECT.float_lit(0.0, AD)};")
             src.close()
             src.open("else")
             src("--top_;")

@@ -34,8 +34,9 @@ from ...errors import DTypeError, ShapeError
 from .. import ir
 from ..autotune import DEFAULT, Variant, get_autotuner, shape_bucket, structure_hash
 from ..buffer_pool import default_pool
+from ..c_family import loads_of, nodes
 from .compiler import cpu_id, get_compiler, warn_unavailable_once
-from .render import Options, _loads_of, fits_idx32, nodes, render
+from .render import Options, fits_idx32, render
 
 __all__ = ["CpuKernelRuntime", "Program", "default_runtime", "default_num_threads"]
 
@@ -123,11 +124,11 @@ def _ranges(kernel) -> list:
     """Per input: ``(lo, hi)`` element offsets its view reads, or None if it reads none."""
     shape = [int(s) for s in kernel.shape]
     if isinstance(kernel, ir.Elementwise):
-        used = _loads_of(kernel.exprs)
+        used = loads_of(kernel.exprs)
         spaces = [(used, shape)]
     else:
-        pro = _loads_of([kernel.prologue])
-        epi = _loads_of([kernel.epilogue])
+        pro = loads_of([kernel.prologue])
+        epi = loads_of([kernel.epilogue])
         eshape = list(shape)
         if not getattr(kernel, "broadcast", False):
             eshape[kernel.axis] = 1

@@ -56,28 +56,14 @@ and the conversions give NumPy's bits, as the C kernels do.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-
-import numpy as np
 
 from ... import dtype as dt
 from .. import ir
+from ..c_family import (C_TYPE, CMP, LOW, SIZE, UNSIGNED, WIDE, Dialect, contig, loads_of,
+                        prod, uses_index)
 
 __all__ = ["Options", "Launch", "Rendered", "render", "fits_idx32", "default_vec"]
-
-_C = {dt.float64: "double", dt.float32: "float", dt.float16: "float", dt.bfloat16: "float",
-      dt.int64: "int64_t", dt.int32: "int32_t", dt.int16: "int16_t", dt.int8: "int8_t",
-      dt.uint8: "uint8_t", dt.bool_: "uint8_t"}
-_U = {dt.int64: "uint64_t", dt.int32: "uint32_t", dt.int16: "uint16_t", dt.int8: "uint8_t",
-      dt.uint8: "uint8_t", dt.bool_: "uint8_t"}
-# unsigned types wide enough that no operand is promoted to (signed) int
-_W = {dt.int64: "uint64_t", dt.int32: "uint32_t", dt.int16: "uint32_t", dt.int8: "uint32_t",
-      dt.uint8: "uint32_t", dt.bool_: "uint32_t"}
-_SIZE = {"double": 8, "float": 4, "int64_t": 8, "uint64_t": 8, "int32_t": 4, "uint32_t": 4,
-         "int16_t": 2, "uint16_t": 2, "int8_t": 1, "uint8_t": 1}
-_LOW = (dt.float16, dt.bfloat16)
-_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 SERIAL = 64          # terms one thread accumulates in sequence before a split
 CACHE = 32           # broadcast reductions: per-thread terms kept in registers for the sweep
@@ -134,13 +120,6 @@ def _cd(d: dt.DType) -> dt.DType:
     return ir.compute_dtype(d)
 
 
-def _prod(xs) -> int:
-    p = 1
-    for x in xs:
-        p *= int(x)
-    return p
-
-
 def _pow2ceil(n: int) -> int:
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
 
@@ -149,7 +128,7 @@ def fits_idx32(kernel) -> bool:
     """Whether every flat index and element offset of ``kernel`` fits in int32 (with a
     margin for grid-stride steps)."""
     lim = (1 << 30)
-    if _prod(kernel.shape) > lim:
+    if prod(kernel.shape) > lim:
         return False
     for v in kernel.inputs:
         lo = hi = int(v.offset)
@@ -161,64 +140,15 @@ def fits_idx32(kernel) -> bool:
     return True
 
 
-# -- literals -------------------------------------------------------------------------------
-def _float_lit(v, d: dt.DType) -> str:
-    x = float(v)
-    if d is dt.float32:
-        with np.errstate(over="ignore"):
-            x = float(np.float32(x))
-        if math.isnan(x):
-            return "__int_as_float(0x7fc00000)"
-        if math.isinf(x):
-            return "__int_as_float(0x7f800000)" if x > 0 else "__int_as_float(0xff800000)"
-        return f"({x.hex()}f)"
-    if math.isnan(x):
-        return "__longlong_as_double(0x7ff8000000000000LL)"
-    if math.isinf(x):
-        return ("__longlong_as_double(0x7ff0000000000000LL)" if x > 0 else
-                "__longlong_as_double((long long)0xfff0000000000000ULL)")
-    return f"({x.hex()})"
-
-
-def _wrap_int(v: int, d: dt.DType) -> int:
-    bits = 8 * d.itemsize
-    v = int(v) & ((1 << bits) - 1)
-    if d.signed and v >= 1 << (bits - 1):
-        v -= 1 << bits
-    return v
-
-
-def _int_lit(v: int, d: dt.DType) -> str:
-    v = _wrap_int(v, d)
-    if d is dt.int64:
-        if v == -(1 << 63):
-            return "((int64_t)(-9223372036854775807LL - 1))"
-        return f"((int64_t){v}LL)"
-    if d is dt.int32 and v == -(1 << 31):
-        return "((int32_t)(-2147483647 - 1))"
-    return f"(({_C[d]}){v})"
-
-
-def _lit(value, d: dt.DType) -> str:
-    d = _cd(d)
-    if d.is_bool:
-        return "((uint8_t)1)" if bool(value) else "((uint8_t)0)"
-    if d.is_int:
-        if isinstance(value, float):
-            if not math.isfinite(value):
-                raise ValueError(f"render: non-finite constant {value!r} of dtype {d.short}")
-            value = int(value)
-        return _int_lit(int(value), d)
-    return _float_lit(value, d)
-
-
-def _minmax_lit(d: dt.DType, which: str) -> str:
-    if d.is_float:
-        return _float_lit(-math.inf if which == "min" else math.inf, d)
-    if d.is_bool:
-        return "((uint8_t)0)" if which == "min" else "((uint8_t)1)"
-    info = np.iinfo(d.np)
-    return _int_lit(info.min if which == "min" else info.max, d)
+# NVRTC's spellings of NaN, the infinities (bit patterns: no headers) and the libm functions
+_DIALECT = Dialect(
+    {(dt.float32, "nan"): "__int_as_float(0x7fc00000)",
+     (dt.float32, "inf"): "__int_as_float(0x7f800000)",
+     (dt.float32, "-inf"): "__int_as_float(0xff800000)",
+     (dt.float64, "nan"): "__longlong_as_double(0x7ff8000000000000LL)",
+     (dt.float64, "inf"): "__longlong_as_double(0x7ff0000000000000LL)",
+     (dt.float64, "-inf"): "__longlong_as_double((long long)0xfff0000000000000ULL)"},
+    lambda name, d: f"{name}{'f' if d is dt.float32 else ''}")
 
 
 # -- the preamble ---------------------------------------------------------------------------
@@ -311,15 +241,15 @@ class _Gen:
         elif dst.is_bool:
             put = "return (uint8_t)(b != 0);"
         else:
-            put = f"return ({_C[dst]})({_U[dst]})b;"
-        self.helpers[name] = (f"EMBER_D {_C[_cd(dst)]} {name}({_C[_cd(src)]} x) "
+            put = f"return ({C_TYPE[dst]})({UNSIGNED[dst]})b;"
+        self.helpers[name] = (f"EMBER_D {C_TYPE[_cd(dst)]} {name}({C_TYPE[_cd(src)]} x) "
                               f"{{ {bits} b; {get} {put} }}")
         return name
 
     def vec_union(self, ctype: str, vec: int) -> str:
         name = f"ember_v_{ctype}_{vec}"
         if name not in self.helpers:
-            acc, n = _vec_access(_SIZE[ctype] * vec)
+            acc, n = _vec_access(SIZE[ctype] * vec)
             self.helpers[name] = f"union {name} {{ {acc} q[{n}]; {ctype} e[{vec}]; }};"
         return name
 
@@ -328,12 +258,12 @@ def _cast_code(x: str, src: dt.DType, dst: dt.DType) -> str:
     """CUDA code converting value ``x`` (carried in src's compute type, a value of dtype
     ``src``) to a value of dtype ``dst`` (carried in dst's compute type)."""
     cs, cdst = _cd(src), _cd(dst)
-    if src is dst or (cs is cdst and dst not in _LOW):
+    if src is dst or (cs is cdst and dst not in LOW):
         return x
     if dst.is_bool:
         return f"((uint8_t)({x} != 0))"
     if src.is_bool:
-        return f"(({_C[cdst]}){x})"
+        return f"(({C_TYPE[cdst]}){x})"
     if dst is dt.float16:
         if cs is dt.float32:
             return f"ember_h2f(ember_f2h({x}))"
@@ -341,13 +271,13 @@ def _cast_code(x: str, src: dt.DType, dst: dt.DType) -> str:
     if dst is dt.bfloat16:
         return f"ember_bf2f(ember_f2bf((float){x}))"
     if dst.is_float:
-        return f"(({_C[dst]}){x})"
+        return f"(({C_TYPE[dst]}){x})"
     if cs.is_float:                       # -> int: through the saturated int64
         f = "ember_f2i64" if cs is dt.float32 else "ember_d2i64"
         if dst is dt.int64:
             return f"{f}({x})"
-        return f"(({_C[dst]})({_U[dst]}){f}({x}))"
-    return f"(({_C[dst]})({_U[dst]}){x})"
+        return f"(({C_TYPE[dst]})({UNSIGNED[dst]}){f}({x}))"
+    return f"(({C_TYPE[dst]})({UNSIGNED[dst]}){x})"
 
 
 def _store_code(x: str, src: dt.DType, out: dt.DType) -> str:
@@ -371,111 +301,7 @@ def _load_code(elem: str, d: dt.DType) -> str:
 
 
 def _storage(d: dt.DType) -> str:
-    return "uint16_t" if d in _LOW else _C[d]
-
-
-def _wrapneg(x: str, d: dt.DType) -> str:
-    return f"(({_C[d]})({_W[d]})(({_W[d]})0 - ({_W[d]}){x}))"
-
-
-def _unary_code(op: str, x: str, d: dt.DType) -> str:
-    c = _C[d]
-    if op == "lnot":
-        return f"((uint8_t)({x} == 0))"
-    if d.is_float:
-        f = "f" if d is dt.float32 else ""
-        if op == "neg":
-            return f"(-{x})"
-        fn = {"abs": "fabs", "sqrt": "sqrt", "floor": "floor", "ceil": "ceil",
-              "trunc": "trunc", "rint": "rint"}.get(op)
-        if fn:
-            return f"{fn}{f}({x})"
-        raise TypeError(f"render: unary {op} of a float operand ({d.short})")
-    if d.is_bool:
-        if op in ("neg", "bnot"):
-            return f"((uint8_t)({x} ^ 1))"
-        if op in ("abs", "floor", "ceil", "trunc", "rint"):
-            return x
-        raise TypeError(f"render: unary {op} of a bool operand")
-    if op == "neg":
-        return _wrapneg(x, d)
-    if op == "abs":
-        return x if not d.signed else f"({x} < 0 ? {_wrapneg(x, d)} : {x})"
-    if op in ("floor", "ceil", "trunc", "rint"):
-        return x
-    if op == "bnot":
-        return f"(({c})({_U[d]})(~({_W[d]}){x}))"
-    raise TypeError(f"render: unary {op} of an int operand ({d.short})")
-
-
-def _binary_code(op: str, a: str, b: str, d: dt.DType) -> str:
-    """``d``: the operands' compute dtype."""
-    c = _C[d]
-    if op in _CMP:
-        return f"((uint8_t)({a} {_CMP[op]} {b}))"
-    if op == "max":
-        return f"((({a} > {b}) | ({a} != {a})) ? {a} : {b})" if d.is_float else \
-            f"({a} > {b} ? {a} : {b})"
-    if op == "min":
-        return f"((({a} < {b}) | ({a} != {a})) ? {a} : {b})" if d.is_float else \
-            f"({a} < {b} ? {a} : {b})"
-    if d.is_float:
-        if op in ("add", "sub", "mul", "div"):
-            return f"({a} {'+-*/'[('add', 'sub', 'mul', 'div').index(op)]} {b})"
-        if op == "rem":
-            return f"fmod{'f' if d is dt.float32 else ''}({a}, {b})"
-        raise TypeError(f"render: binary {op} of float operands ({d.short})")
-    if op in ("and", "or", "xor"):
-        sym = {"and": "&", "or": "|", "xor": "^"}[op]
-        return f"(({c})({a} {sym} {b}))"
-    if d.is_bool:
-        raise TypeError(f"render: binary {op} of bool operands")
-    w, u = _W[d], _U[d]
-    if op in ("add", "sub", "mul"):
-        sym = {"add": "+", "sub": "-", "mul": "*"}[op]
-        return f"(({c})({u})(({w}){a} {sym} ({w}){b}))"
-    if op == "div":
-        if d.signed:
-            return (f"({b} == 0 ? ({c})0 : ({b} == -1 ? {_wrapneg(a, d)} : "
-                    f"({c})({a} / {b})))")
-        return f"({b} == 0 ? ({c})0 : ({c})({a} / {b}))"
-    if op == "rem":
-        if d.signed:
-            return f"(({b} == 0 || {b} == -1) ? ({c})0 : ({c})({a} % {b}))"
-        return f"({b} == 0 ? ({c})0 : ({c})({a} % {b}))"
-    bits = 8 * d.itemsize
-    cnt = f"((uint64_t)(int64_t){b})" if d.signed else f"((uint64_t){b})"
-    if op == "shl":
-        return f"({cnt} < {bits}u ? ({c})({u})(({w}){a} << {cnt}) : ({c})0)"
-    if op == "shr":
-        if d.signed:
-            return (f"({cnt} < {bits}u ? ({c})({a} >> {cnt}) : "
-                    f"({a} < 0 ? ({c})-1 : ({c})0))")
-        return f"({cnt} < {bits}u ? ({c})({a} >> {cnt}) : ({c})0)"
-    raise ValueError(f"render: unknown binary op {op!r}; valid: {sorted(ir.BINARY_OPS)}")
-
-
-def nodes(exprs) -> list:
-    """Every node of the expressions, each once, by identity (hashing a frozen node hashes
-    its subtree: exponential on shared DAGs)."""
-    seen, out = set(), []
-    stack = list(exprs)
-    while stack:
-        e = stack.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        out.append(e)
-        stack.extend(ir.children(e))
-    return out
-
-
-def _uses_index(exprs) -> bool:
-    return any(isinstance(n, ir.Index) for n in nodes(exprs))
-
-
-def _loads_of(exprs) -> set:
-    return {n.buffer for n in nodes(exprs) if isinstance(n, ir.Load)}
+    return "uint16_t" if d in LOW else C_TYPE[d]
 
 
 class _Scope:
@@ -513,13 +339,13 @@ class _Scope:
 
     def _bind(self, code: str, d: dt.DType) -> str:
         t = self.g.tmp()
-        self.lines.append(f"const {_C[_cd(d)]} {t} = {code};")
+        self.lines.append(f"const {C_TYPE[_cd(d)]} {t} = {code};")
         return t
 
     def _node(self, e) -> str:
         v = lambda n: self.memo[id(n)]   # noqa: E731
         if isinstance(e, ir.Const):
-            return _lit(e.value, e.dtype)
+            return _DIALECT.lit(e.value, e.dtype)
         if isinstance(e, ir.Arg):
             if not 0 <= e.index < self.g.n_args:
                 raise ValueError(f"render: Arg({e.index}) but the kernel declares "
@@ -546,16 +372,16 @@ class _Scope:
             want = dt.bool_ if e.op == "lnot" else xd
             if _cd(e.dtype) is not want:
                 raise TypeError(f"render: unary {e.op} of {xd.short} typed {e.dtype.short}")
-            return self._bind(_unary_code(e.op, v(e.x), xd), e.dtype)
+            return self._bind(_DIALECT.unary_code(e.op, v(e.x), xd), e.dtype)
         if isinstance(e, ir.Binary):
             ad, bd = _cd(e.a.dtype), _cd(e.b.dtype)
             if ad is not bd:
                 raise TypeError(f"render: binary {e.op} of {ad.short} and {bd.short} operands "
                                 f"(operands share a dtype; add a Cast)")
-            want = dt.bool_ if e.op in _CMP else ad
+            want = dt.bool_ if e.op in CMP else ad
             if _cd(e.dtype) is not want:
                 raise TypeError(f"render: binary {e.op} of {ad.short} typed {e.dtype.short}")
-            return self._bind(_binary_code(e.op, v(e.a), v(e.b), ad), e.dtype)
+            return self._bind(_DIALECT.binary_code(e.op, v(e.a), v(e.b), ad), e.dtype)
         if isinstance(e, ir.Select):
             cond = v(e.cond) if _cd(e.cond.dtype) is dt.bool_ else \
                 f"((uint8_t)({v(e.cond)} != 0))"
@@ -616,14 +442,6 @@ def _collapse(sizes, strides, merge: bool):
     return sizes, strides, dims
 
 
-def _contig(sizes):
-    st, acc = [], 1
-    for n in reversed(sizes):
-        st.append(acc)
-        acc *= n
-    return st[::-1]
-
-
 def _params(k, out_dtypes, scratch: bool, aligned: bool) -> str:
     ps = []
     for b, v in enumerate(k.inputs):
@@ -644,11 +462,11 @@ def _arg_decls(k) -> list:
     for i, ad in enumerate(k.args):
         ad = _cd(ad)
         if ad.is_float:
-            out.append(f"const {_C[ad]} arg{i} = ({_C[ad]})arg{i}_;")
+            out.append(f"const {C_TYPE[ad]} arg{i} = ({C_TYPE[ad]})arg{i}_;")
         elif ad.is_bool:
             out.append(f"const uint8_t arg{i} = (uint8_t)(arg{i}_ != 0);")
         else:
-            out.append(f"const {_C[ad]} arg{i} = ({_C[ad]})({_U[ad]})arg{i}_;")
+            out.append(f"const {C_TYPE[ad]} arg{i} = ({C_TYPE[ad]})({UNSIGNED[ad]})arg{i}_;")
         out.append(f"(void)arg{i};")
     return out
 
@@ -673,8 +491,8 @@ def _decompose(src, I, pvar, sizes, strides, offs, nbufs, prefix="i", upto=None)
 def default_vec(kernel) -> int:
     """The default vector width of an elementwise kernel: 16 bytes of its widest operand
     (1 when nothing is contiguous)."""
-    widest = max([_SIZE[_storage(d)] for d in kernel.out_dtypes] +
-                 [_SIZE[_storage(v.dtype)] for v in kernel.inputs] + [1])
+    widest = max([SIZE[_storage(d)] for d in kernel.out_dtypes] +
+                 [SIZE[_storage(v.dtype)] for v in kernel.inputs] + [1])
     return max(1, 16 // widest)
 
 
@@ -691,13 +509,13 @@ def _render_elementwise(k: ir.Elementwise, gen: _Gen, I: str, opts: Options) -> 
         if len(v.strides) != len(shape):
             raise ValueError(f"render: view strides {v.strides} do not match the iteration "
                              f"shape {tuple(shape)}")
-    N = _prod(shape)
+    N = prod(shape)
     nb = len(k.inputs)
-    used = _loads_of(k.exprs)
-    use_index = _uses_index(k.exprs)
+    used = loads_of(k.exprs)
+    use_index = uses_index(k.exprs)
     strides = [[int(s) for s in v.strides] for v in k.inputs]
     offs = [int(v.offset) for v in k.inputs]
-    sizes, cstrides, dims = _collapse(shape, strides + [_contig(shape)], merge=not use_index)
+    sizes, cstrides, dims = _collapse(shape, strides + [contig(shape)], merge=not use_index)
     cstrides = cstrides[:nb]
     if not sizes:
         sizes, cstrides, dims = [1], [[0] for _ in range(nb)], [[]]
@@ -719,9 +537,9 @@ def _render_elementwise(k: ir.Elementwise, gen: _Gen, I: str, opts: Options) -> 
     aligned = [0] * (nb + n_out)
     if vec > 1:
         for b in vin:
-            aligned[b] = min(16, vec * _SIZE[_storage(k.inputs[b].dtype)])
+            aligned[b] = min(16, vec * SIZE[_storage(k.inputs[b].dtype)])
         for i, od in enumerate(k.out_dtypes):
-            aligned[nb + i] = min(16, vec * _SIZE[_storage(od)])
+            aligned[nb + i] = min(16, vec * SIZE[_storage(od)])
     has_aligned = vec > 1
 
     src.open(f'extern "C" __global__ void __launch_bounds__({block}) '
@@ -767,7 +585,7 @@ def _render_elementwise(k: ir.Elementwise, gen: _Gen, I: str, opts: Options) -> 
         _decompose(src, I, "e0", sizes, cstrides, offs, nb)
         for b in vin:
             un = gen.vec_union(_storage(k.inputs[b].dtype), vec)
-            acc, n = _vec_access(_SIZE[_storage(k.inputs[b].dtype)] * vec)
+            acc, n = _vec_access(SIZE[_storage(k.inputs[b].dtype)] * vec)
             src(f"{un} v{b};")
             src(f"const {acc} *p{b} = reinterpret_cast<const {acc} *>(in{b} + o{b});")
             for q in range(n):
@@ -792,7 +610,7 @@ def _render_elementwise(k: ir.Elementwise, gen: _Gen, I: str, opts: Options) -> 
             src(f"r{i}.e[j] = {_store_code(val, e.dtype, od)};")
         src.close()
         for i, od in enumerate(k.out_dtypes):
-            acc, n = _vec_access(_SIZE[_storage(od)] * vec)
+            acc, n = _vec_access(SIZE[_storage(od)] * vec)
             src(f"{acc} *w{i} = reinterpret_cast<{acc} *>(out{i} + e0);")
             for q in range(n):
                 src(f"w{i}[{q}] = r{i}.q[{q}];")
@@ -822,18 +640,19 @@ def _acc_ops(op: str, d: dt.DType):
             return "uint8_t", "((uint8_t)1)", lambda a, b: f"((uint8_t)({a} & {b}))"
         raise TypeError(f"render: reduce {op} of a bool prologue; cast it first")
     if op in ("sum", "prod") and d.is_int:
-        u, w = _U[d], _W[d]
+        u, w = UNSIGNED[d], WIDE[d]
         sym = "+" if op == "sum" else "*"
         return (u, f"(({u}){0 if op == 'sum' else 1})",
                 lambda a, b: f"(({u})(({w}){a} {sym} ({w}){b}))")
+    dl = _DIALECT
     if op == "sum":
-        return _C[d], _float_lit(-0.0, d), lambda a, b: _binary_code("add", a, b, d)
+        return C_TYPE[d], dl.float_lit(-0.0, d), lambda a, b: dl.binary_code("add", a, b, d)
     if op == "prod":
-        return _C[d], _float_lit(1.0, d), lambda a, b: _binary_code("mul", a, b, d)
+        return C_TYPE[d], dl.float_lit(1.0, d), lambda a, b: dl.binary_code("mul", a, b, d)
     if op == "max":
-        return _C[d], _minmax_lit(d, "min"), lambda a, b: _binary_code("max", a, b, d)
+        return C_TYPE[d], dl.minmax_lit(d, "min"), lambda a, b: dl.binary_code("max", a, b, d)
     if op == "min":
-        return _C[d], _minmax_lit(d, "max"), lambda a, b: _binary_code("min", a, b, d)
+        return C_TYPE[d], dl.minmax_lit(d, "max"), lambda a, b: dl.binary_code("min", a, b, d)
     raise ValueError(f"render: unknown reduce op {op!r}; valid: {sorted(ir.REDUCE_OPS)}")
 
 
@@ -852,21 +671,21 @@ def _render_reduce(k: ir.Reduce, gen: _Gen, I: str, opts: Options) -> tuple:
                         f"stored as {k.out_dtype.short} (compute dtypes differ; add a Cast)")
     AD = _cd(k.prologue.dtype)
     ACC, ident, comb = _acc_ops(k.op, AD)
-    ACCV = _C[AD]
+    ACCV = C_TYPE[AD]
     bc = bool(getattr(k, "broadcast", False))
     R = shape[a]
     nb = len(k.inputs)
-    use_index = _uses_index([k.prologue, k.epilogue])
-    pro_loads = _loads_of([k.prologue])
+    use_index = uses_index([k.prologue, k.epilogue])
+    pro_loads = loads_of([k.prologue])
     kept = [d for d in range(nd) if d != a]
     kshape = [shape[d] for d in kept]
-    P = _prod(kshape)
+    P = prod(kshape)
     strides = [[int(s) for s in v.strides] for v in k.inputs]
     sa = [s[a] for s in strides]
     offs = [int(v.offset) for v in k.inputs]
     ks = [[s[d] for d in kept] for s in strides]
-    full_cs = _contig(shape)
-    out_ks = [full_cs[d] for d in kept] if bc else _contig(kshape)
+    full_cs = contig(shape)
+    out_ks = [full_cs[d] for d in kept] if bc else contig(kshape)
     OSA = full_cs[a] if bc else 0
     sizes, cstrides, dims = _collapse(kshape, ks + [out_ks], merge=not use_index)
     D = len(sizes)
@@ -910,7 +729,7 @@ def _render_reduce(k: ir.Reduce, gen: _Gen, I: str, opts: Options) -> tuple:
     split = nseg > 1
     # a direct broadcast kernel keeps the loads its epilogue repeats in registers when each
     # thread sees few terms: the sweep then reads no input twice
-    cache_bufs = sorted(b for b in pro_loads & _loads_of([k.epilogue]) if sa[b]) \
+    cache_bufs = sorted(b for b in pro_loads & loads_of([k.epilogue]) if sa[b]) \
         if bc else []
     C = -(-R // (by if col else tpr)) if R else 0
     cached = bool(cache_bufs) and not split and 0 < C <= CACHE
@@ -1224,7 +1043,7 @@ def _render_reduce(k: ir.Reduce, gen: _Gen, I: str, opts: Options) -> tuple:
                 launches.append(col_kernel("ember_sweep", "sweep"))
             else:
                 launches.append(row_kernel("ember_sweep", "sweep", tpr, block, R, seg, nseg))
-        scratch = _SIZE[ACC] * (P * nseg + (P if bc else 0))
+        scratch = SIZE[ACC] * (P * nseg + (P if bc else 0))
     work = P * R * (2 if bc else 1)
     return src.lines, mode, tuple(launches), scratch, split, work
 

@@ -34,6 +34,7 @@ import numpy as np
 from ...errors import BackendUnavailableError, DeviceError, DTypeError, ShapeError
 from .. import ir
 from ..autotune import shape_bucket, structure_hash
+from ..c_family import loads_of
 from .compiler import default_arch, get_compiler
 from .device import cupy_or_reason, cuda_runtime_major, device_info
 from .render import Options, render
@@ -47,17 +48,16 @@ _pack_into = struct.pack_into
 
 def _ranges(kernel) -> list:
     """Per input: ``(lo, hi)`` element offsets its view reads, or None if it reads none."""
-    from .render import _loads_of
     shape = [int(s) for s in kernel.shape]
     if isinstance(kernel, ir.Elementwise):
-        spaces = [(_loads_of(kernel.exprs), shape)]
+        spaces = [(loads_of(kernel.exprs), shape)]
     else:
         eshape = list(shape)
         if not kernel.broadcast:
             eshape[kernel.axis] = 1
         kept_empty = any(n == 0 for i, n in enumerate(shape) if i != kernel.axis)
-        spaces = [(_loads_of([kernel.prologue]), shape),
-                  (_loads_of([kernel.epilogue]), [0] if kept_empty else eshape)]
+        spaces = [(loads_of([kernel.prologue]), shape),
+                  (loads_of([kernel.epilogue]), [0] if kept_empty else eshape)]
     out = []
     for b, v in enumerate(kernel.inputs):
         lo = hi = None
