@@ -55,6 +55,10 @@ import numpy as np  # noqa: E402
 
 from overhead import _absent, _machine  # noqa: E402
 
+# overhead.py pins every pool to one thread when imported; this benchmark runs all cores
+for _v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "EMBER_NUM_THREADS"):
+    os.environ[_v] = str(_NCPU)
+
 GELU_N = 1 << 24
 LN_SHAPE = (64, 256, 1024)
 LN_EPS = 1e-5
