@@ -7,6 +7,7 @@ predictions, targets), which the loss metric reads.
 
     python examples/csv_regression.py                      # 30 epochs, valid MSE near the noise
     python examples/csv_regression.py --epochs 2 --limit 400 --renderer plain
+    python examples/csv_regression.py --device cuda        # on a GPU
 """
 from __future__ import annotations
 
@@ -80,7 +81,12 @@ def main(argv=None) -> dict:
     p.add_argument("--csv", default=None, help="where to write the data (default: a "
                                                "temporary file)")
     p.add_argument("--renderer", default="auto", choices=["auto", "plain", "dashboard", "none"])
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default cpu)")
     args = p.parse_args(argv)
+    try:
+        device = em.device(args.device)
+    except em.errors.EmberError as e:      # no such device, or not usable here: say why
+        p.exit(2, f"{p.prog}: error: --device {args.device}: {e}\n")
 
     tmp = tempfile.TemporaryDirectory(prefix="ember-csv-")
     path = args.csv or os.path.join(tmp.name, "data.csv")
@@ -106,7 +112,7 @@ def main(argv=None) -> dict:
         x = (np.array([r[c] for c in FEATURES]) - mean) / std
         return x.astype(np.float32), np.array([r["y"]], dtype=np.float32)
 
-    ad = em.device("cpu").autodiff()
+    ad = device.autodiff()
     ad.seed(args.seed)
     batcher = TensorBatcher()                   # stacks (x, y) items into (X [B, 3], Y [B, 1])
     train_loader = DataLoader(train_rows.map(to_pair), batcher, args.batch_size,
@@ -131,7 +137,7 @@ def main(argv=None) -> dict:
     return {"train_loss": [v for _, v in history.values("train", "loss")],
             "valid_loss": [v for _, v in history.values("valid", "loss")],
             "baseline_mse": float(y_valid.var()), "noise_mse": NOISE_STD ** 2,
-            "model": result.model}
+            "device": str(device), "model": result.model}
 
 
 if __name__ == "__main__":

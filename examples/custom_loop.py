@@ -9,6 +9,7 @@ validation pass runs `model.valid()` (the params on the plain device, dropout of
 
     python examples/custom_loop.py                 # 10 epochs, about 97% accuracy
     python examples/custom_loop.py --epochs 1 --limit 200
+    python examples/custom_loop.py --device cuda   # on a GPU
 """
 from __future__ import annotations
 
@@ -50,10 +51,14 @@ def main(argv=None) -> dict:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--limit", type=int, default=None, help="train on N images only")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default cpu)")
     args = p.parse_args(argv)
+    try:
+        device = em.device(args.device)
+    except em.errors.EmberError as e:      # no such device, or not usable here: say why
+        p.exit(2, f"{p.prog}: error: --device {args.device}: {e}\n")
 
-    ad = em.device("cpu").autodiff()       # training: gradients tracked
-    cpu = ad.without_autodiff()            # validation: the same device, untracked
+    ad = device.autodiff()                 # training: gradients tracked
     ad.seed(args.seed)
 
     train_set = DigitsDataset("train", normalize=True, flatten=True, seed=args.seed)
@@ -63,7 +68,7 @@ def main(argv=None) -> dict:
     batcher = ClassificationBatcher()      # -> (images [B, 64] f32, targets [B] i64)
     train_loader = DataLoader(train_set, batcher, args.batch_size, shuffle=True,
                               seed=args.seed, device=ad)
-    valid_loader = DataLoader(valid_set, batcher, 256, shuffle=False, device=cpu)
+    valid_loader = DataLoader(valid_set, batcher, 256, shuffle=False, device=device)
 
     model = Mlp(device=ad)
     loss_fn = nn.CrossEntropyLoss()
@@ -91,6 +96,7 @@ def main(argv=None) -> dict:
               f"valid loss {valid_loss:.4f}  valid accuracy {acc:6.1%}  "
               f"({time.perf_counter() - t0:.2f} s)")
 
+    history["device"] = str(device)
     history["model"] = model
     return history
 

@@ -10,6 +10,7 @@ read, and stops training after `--max-steps` optimizer steps.
 
     python examples/custom_renderer.py                      # JSON lines on stdout
     python examples/custom_renderer.py --out run.jsonl --every 10 --max-steps 100
+    python examples/custom_renderer.py --device cuda        # on a GPU
 """
 from __future__ import annotations
 
@@ -90,9 +91,14 @@ def main(argv=None) -> dict:
     p.add_argument("--out", default=None, help="write the lines to this file (default "
                                                "stdout)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default cpu)")
     args = p.parse_args(argv)
+    try:
+        device = em.device(args.device)
+    except em.errors.EmberError as e:      # no such device, or not usable here: say why
+        p.exit(2, f"{p.prog}: error: --device {args.device}: {e}\n")
 
-    ad = em.device("cpu").autodiff()
+    ad = device.autodiff()
     ad.seed(args.seed)
     train_set = DigitsDataset("train", normalize=True, flatten=True, seed=args.seed)
     valid_set = DigitsDataset("test", normalize=True, flatten=True, seed=args.seed)
@@ -114,7 +120,8 @@ def main(argv=None) -> dict:
         if out is not None:
             out.close()
     return {"stopped": result.summary.stopped, "steps": renderer.steps,
-            "epochs_done": result.summary.epochs_done, "model": result.model}
+            "epochs_done": result.summary.epochs_done, "device": str(device),
+            "model": result.model}
 
 
 if __name__ == "__main__":

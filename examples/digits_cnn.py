@@ -6,6 +6,7 @@ config), a dataset and a `DataLoader`, an optimizer with a learning-rate schedul
 
     python examples/digits_cnn.py                       # 8 epochs, about 97-98% accuracy
     python examples/digits_cnn.py --epochs 1 --limit 200 --renderer plain   # a quick look
+    python examples/digits_cnn.py --device cuda         # on a GPU
 
 In a terminal the Learner shows a live dashboard (q stops training, after saving a
 checkpoint); `--renderer plain` prints lines instead. Run it again with `--resume` to
@@ -75,14 +76,21 @@ def main(argv=None) -> dict:
                         "directory, removed at the end)")
     p.add_argument("--resume", action="store_true",
                    help="continue from the last checkpoint in --artifact-dir")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default cpu)")
     args = p.parse_args(argv)
     if args.resume and args.artifact_dir is None:
         p.error("--resume needs --artifact-dir")
 
     # -- 2. Devices --------------------------------------------------------------------------
-    # The model trains on the autodiff device; `ad.seed` makes its initialization and dropout
-    # reproducible. Validation runs on the same device without autodiff (`model.valid()`).
-    ad = em.device("cpu").autodiff()
+    # `em.device(name)` is "cpu" or "cuda" ("cuda:1", ...): the same code runs on either. An
+    # unusable one raises an ember error that says why. The model trains on the autodiff
+    # device; `ad.seed` makes its initialization and dropout reproducible. Validation runs on
+    # the same device without autodiff (`model.valid()`).
+    try:
+        device = em.device(args.device)
+    except em.errors.EmberError as e:      # no such device, or not usable here: say why
+        p.exit(2, f"{p.prog}: error: --device {args.device}: {e}\n")
+    ad = device.autodiff()
     ad.seed(args.seed)
 
     # -- 3. Data -----------------------------------------------------------------------------
@@ -136,21 +144,22 @@ def main(argv=None) -> dict:
     model = result.model
 
     # -- 6. After training -------------------------------------------------------------------
-    # model.valid(): params on the plain CPU device and dropout off. Predict a few images.
+    # model.valid(): params on the plain device (no autodiff) and dropout off. Predict a few
+    # images.
     evaluator = model.valid()
     images, labels = valid_set.images[valid_set.indices[:10]], valid_set.labels[
         valid_set.indices[:10]]
     with em.no_grad():
-        logits = evaluator(em.tensor(images[:, None]))
+        logits = evaluator(em.tensor(images[:, None], device=device))
     print("predicted:", logits.argmax(dim=1).tolist())
     print("true:     ", labels.tolist())
 
     # Save the trained weights as a record (safetensors) and load them into a fresh model.
     path = os.path.join(artifact_dir, "digits_cnn.safetensors")
     model.save(path)
-    restored = config.init(em.device("cpu")).load_record(path)
+    restored = config.init(device).load_record(path)
     with em.no_grad():
-        same = em.tensor(images[:, None])
+        same = em.tensor(images[:, None], device=device)
         assert restored.valid()(same).argmax(dim=1).tolist() == logits.argmax(dim=1).tolist()
     print(f"saved the model to {path}" if tmp is None else "saved and reloaded the model")
 
@@ -159,6 +168,7 @@ def main(argv=None) -> dict:
         "train_loss": [v for _, v in history.values("train", "loss")],
         "valid_loss": [v for _, v in history.values("valid", "loss")],
         "valid_accuracy": [v for _, v in history.values("valid", "accuracy")],
+        "device": str(device),
         "model": model,
     }
     if tmp is not None:

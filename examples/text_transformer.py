@@ -12,6 +12,7 @@ lengths: a custom batcher pads them and passes the padding mask, which both the 
 
     python examples/text_transformer.py                 # 10 epochs, about 99% accuracy
     python examples/text_transformer.py --epochs 1 --limit 300 --renderer plain
+    python examples/text_transformer.py --device cuda   # on a GPU
 """
 from __future__ import annotations
 
@@ -113,7 +114,12 @@ def main(argv=None) -> dict:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--renderer", default="auto", choices=["auto", "plain", "dashboard", "none"])
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default cpu)")
     args = p.parse_args(argv)
+    try:
+        device = em.device(args.device)
+    except em.errors.EmberError as e:      # no such device, or not usable here: say why
+        p.exit(2, f"{p.prog}: error: --device {args.device}: {e}\n")
 
     data = make_sentences(args.sentences, args.seed)
     n_train = int(0.8 * len(data))
@@ -123,7 +129,7 @@ def main(argv=None) -> dict:
     for tokens, label in data[:3]:
         print(f"{'positive' if label else 'negative'}: {' '.join(VOCAB[t] for t in tokens)}")
 
-    ad = em.device("cpu").autodiff()
+    ad = device.autodiff()
     ad.seed(args.seed)
     train_loader = DataLoader(InMemoryDataset(train_items), PadBatcher(), args.batch_size,
                               shuffle=True, seed=args.seed, device=ad)
@@ -160,7 +166,7 @@ def main(argv=None) -> dict:
     return {"train_loss": [v for _, v in history.values("train", "loss")],
             "valid_loss": [v for _, v in history.values("valid", "loss")],
             "valid_accuracy": [v for _, v in history.values("valid", "accuracy")],
-            "model": result.model}
+            "device": str(device), "model": result.model}
 
 
 if __name__ == "__main__":

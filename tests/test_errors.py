@@ -201,3 +201,9 @@ def test_errors_are_raised_before_any_work():
         x + em.zeros(4, 3, device=AD)
     assert live_nodes() == base
     np.testing.assert_array_equal(x.numpy(), np.zeros((2, 3)))
+
+
+@pytest.mark.parametrize("spec", ["cuda:x", "cpu:", "cpu:-1"])
+def test_device_with_a_bad_index(spec):
+    with pytest.raises(DeviceError, match="device"):
+        em.device(spec)

@@ -22,7 +22,15 @@ def device(kind: str = "cpu", index: int = 0, *, fusion: bool | None = None,
     """
     if ":" in kind:
         kind, _, idx = kind.partition(":")
-        index = int(idx)
+        try:
+            index = int(idx)
+        except ValueError:
+            raise DeviceError(f"device: {kind + ':' + idx!r} has no device index after the "
+                              f"colon; valid: a kind and a number, like 'cpu:0' or "
+                              f"'cuda:1'") from None
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+        raise DeviceError(f"device: index {index!r} is not a device number; valid: an int "
+                          f">= 0")
     kind = kind.lower()
     if kind == "cpu":
         from ..backend.ndarray import NdArray
