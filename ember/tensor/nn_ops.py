@@ -178,6 +178,9 @@ def _max_pool(nd, x, kernel_size, stride, padding, dilation, ceil_mode, return_i
              "ceil_mode": bool(ceil_mode)}
     if return_indices:
         return _unbatch(apply(_MAX_IDX[nd], (x,), attrs), added)
+    if x.is_require_grad():
+        # the backward needs the argmax: computed now, instead of a second pooling later
+        return _unbatch(apply(_MAX_IDX[nd], (x,), attrs)[0], added)
     return _unbatch(apply(_MAX[nd], (x,), attrs), added)
 
 
