@@ -7,6 +7,8 @@ from .. import dtype as dt
 from ..errors import DTypeError, ShapeError
 from ..ops import creation as C
 from ..ops.rules import check_shape
+from . import dispatch
+from .data import TensorData
 from .device import as_device
 from .dispatch import create, wrap
 from .distribution import Default, Distribution
@@ -33,9 +35,7 @@ def from_numpy(array: np.ndarray, device=None):
 def tensor(data, dtype=None, device=None):
     """A new tensor holding a copy of ``data``: nested lists, scalars, NumPy arrays,
     `TensorData`, or another tensor. Python floats default to f32, ints to i64."""
-    from .data import TensorData
-    from .tensor import Tensor
-    if isinstance(data, Tensor):
+    if isinstance(data, dispatch.Tensor):
         out = data.to_device(as_device(device)) if device is not None else data
         return out.cast(dtype) if dtype is not None else out
     if isinstance(data, TensorData):

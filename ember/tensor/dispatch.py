@@ -69,34 +69,63 @@ def _is_scalar(v):
 def binary(op, a, b):
     """A binary op with promotion: tensors are cast to the common dtype first; a scalar
     operand stays a scalar (backends and fusion take it as a value)."""
-    ta, tb = isinstance(a, Tensor), isinstance(b, Tensor)
-    if ta and tb:
-        dev = a._device
-        if b._device is not dev:
-            raise DeviceError(f"{op.name}: tensors are on different devices, {dev} and "
-                              f"{b._device}; move one with .to_device(...) first")
-        da, db = a._dtype, b._dtype
-        if da is not db:
-            common = dt.promote(da, db)
-            if op.promote == "float" and common.kind != "float":
-                common = dt.DEFAULT_FLOAT
-            if da is not common:
-                a = a.cast(common)
-            if db is not common:
-                b = b.cast(common)
-        elif op.promote == "float" and da.kind != "float":
-            a = a.cast(dt.DEFAULT_FLOAT)
-            b = b.cast(dt.DEFAULT_FLOAT)
-        meta = op.infer(a, b)
-        out = dev._execute(op, (a._prim, b._prim), _EMPTY, meta, dev)
-        return wrap(out, dev, meta[0], meta[1])
-    if ta:
-        t, s = a, b
-    elif tb:
-        t, s = b, a
+    if isinstance(a, Tensor):
+        if isinstance(b, Tensor):
+            dev, d = a._device, a._dtype
+            if b._device is not dev or b._dtype is not d or (
+                    op.promote == "float" and not d.is_float):
+                return _binary_promoted(op, a, b)
+            meta = op.infer(a, b)
+            out = dev._execute(op, (a._prim, b._prim), _EMPTY, meta, dev)
+            return wrap(out, dev, meta[0], meta[1])
+        t, s, left = a, b, True
+    elif isinstance(b, Tensor):
+        t, s, left = b, a, False
     else:
         raise DTypeError(f"{op.name}: expects a Tensor operand, got {type(a).__name__} and "
                          f"{type(b).__name__}")
+    ts = type(s)
+    if t._dtype.is_float and (ts is float or ts is int):
+        s = float(s)       # the common case: a float tensor keeps its dtype
+    else:
+        t, s = _promote_scalar(op, t, s)
+    if left:
+        a, b = t, s
+        prims = (t._prim, s)
+    else:
+        a, b = s, t
+        prims = (s, t._prim)
+    meta = op.infer(a, b)
+    dev = t._device
+    return wrap(dev._execute(op, prims, _EMPTY, meta, dev), dev, meta[0], meta[1])
+
+
+def _binary_promoted(op, a, b):
+    """`binary` of two tensors that are on different devices (an error) or need a cast."""
+    dev = a._device
+    if b._device is not dev:
+        raise DeviceError(f"{op.name}: tensors are on different devices, {dev} and "
+                          f"{b._device}; move one with .to_device(...) first")
+    da, db = a._dtype, b._dtype
+    if da is not db:
+        common = dt.promote(da, db)
+        if op.promote == "float" and common.kind != "float":
+            common = dt.DEFAULT_FLOAT
+        if da is not common:
+            a = a.cast(common)
+        if db is not common:
+            b = b.cast(common)
+    elif op.promote == "float" and not da.is_float:
+        a = a.cast(dt.DEFAULT_FLOAT)
+        b = b.cast(dt.DEFAULT_FLOAT)
+    meta = op.infer(a, b)
+    out = dev._execute(op, (a._prim, b._prim), _EMPTY, meta, dev)
+    return wrap(out, dev, meta[0], meta[1])
+
+
+def _promote_scalar(op, t, s):
+    """``t`` cast to the dtype of ``t <op> s`` and ``s`` as a Python scalar of that dtype's
+    kind; a value that is no real scalar is a DTypeError."""
     if not _is_scalar(s):
         if hasattr(s, "__array__") or isinstance(s, (list, tuple)):
             raise DTypeError(f"{op.name}: cannot combine a Tensor with {type(s).__name__}; "
@@ -109,15 +138,7 @@ def binary(op, a, b):
         common = dt.DEFAULT_FLOAT
     if common is not d:
         t = t.cast(common)
-    s = _py_scalar(s, common, op.name)
-    if ta:
-        a, b = t, s
-    else:
-        a, b = s, t
-    meta = op.infer(a, b)
-    dev = t._device
-    out = dev._execute(op, (t._prim, s) if ta else (s, t._prim), _EMPTY, meta, dev)
-    return wrap(out, dev, meta[0], meta[1])
+    return t, _py_scalar(s, common, op.name)
 
 
 # (min, max) of each int dtype, for refusing scalars that do not fit.

@@ -9,6 +9,7 @@ from .. import dtype as dt
 from ..errors import DTypeError
 from ..ops import elementwise as E
 from . import dispatch
+from .creation import full
 from .dispatch import _is_scalar, _py_scalar, apply, binary, unary
 
 __all__ = [
@@ -351,7 +352,6 @@ def _as(x, is_tensor, d, op):
 
 
 def _full_scalar(s, d, like):
-    from .creation import full
     return full((), _py_scalar(s, d, "where"), dtype=d, device=like._device)
 
 

@@ -292,10 +292,10 @@ def sum_to_shape(x, shape):
     if xs == shape:
         return x
     lead = len(xs) - len(shape)
-    dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
-                                      if s == 1 and xs[lead + i] != 1)
-    if dims:
-        x = unary(R.SUM, x, {"dims": dims, "keepdim": False})
+    kept = tuple([lead + i for i, s in enumerate(shape) if s == 1 and xs[lead + i] != 1])
+    if kept or lead:
+        # keeping the summed dims gives ``shape`` at once when no leading dim is dropped
+        x = unary(R.SUM, x, {"dims": tuple(range(lead)) + kept, "keepdim": not lead})
     return x if x._shape == shape else unary(V.RESHAPE, x, {"shape": shape})
 
 

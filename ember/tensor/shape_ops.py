@@ -17,17 +17,17 @@ __all__ = ["reshape", "expand", "permute", "swap_dims", "transpose", "movedim", 
 
 def _resolve_shape(op, x, shape):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = tuple(shape[0])
-    shape = tuple(int(s) for s in shape)
-    if shape.count(-1) > 1:
-        raise ShapeError(f"{op}: at most one dim can be -1, got {shape}")
+        shape = shape[0]
+    shape = tuple([int(s) for s in shape])
     if -1 in shape:
+        if shape.count(-1) > 1:
+            raise ShapeError(f"{op}: at most one dim can be -1, got {shape}")
         known = numel(s for s in shape if s != -1)
         total = numel(x._shape)
         if known == 0 or total % known:
             raise ShapeError(f"{op}: cannot reshape {x._shape} ({total} elements) to {shape}")
         shape = tuple(total // known if s == -1 else s for s in shape)
-    if any(s < 0 for s in shape):
+    if shape and min(shape) < 0:
         raise ShapeError(f"{op}: shape {shape} has a negative size; valid: sizes >= 0 and "
                          f"one -1")
     return shape

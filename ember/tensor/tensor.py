@@ -10,13 +10,15 @@ from ..backend.base import Device
 from . import dispatch
 from .device import as_device
 from .activation import ActivationMethods
-from .elementwise import ElementwiseMethods
+from .elementwise import ElementwiseMethods, cast as _cast
 from .indexing import IndexingMethods
 from .linalg import LinalgMethods
 from .nn_ops import NNMethods
 from .reduce import ReduceMethods
 from .shape import Shape
 from .shape_ops import ShapeMethods
+
+_as_shape = tuple.__new__
 
 
 class Tensor(ElementwiseMethods, ReduceMethods, ShapeMethods, IndexingMethods, LinalgMethods,
@@ -65,7 +67,7 @@ class Tensor(ElementwiseMethods, ReduceMethods, ShapeMethods, IndexingMethods, L
     # -- metadata -------------------------------------------------------------------------
     @property
     def shape(self) -> Shape:
-        return Shape(self._shape)
+        return _as_shape(Shape, self._shape)   # _shape holds ints already: no conversion
 
     @property
     def dtype(self) -> dt.DType:
@@ -174,8 +176,7 @@ class Tensor(ElementwiseMethods, ReduceMethods, ShapeMethods, IndexingMethods, L
         return dispatch.wrap(dst.from_numpy(arr, device), device, self._shape, self._dtype)
 
     def cast(self, dtype) -> "Tensor":
-        from .elementwise import cast
-        return cast(self, dtype)
+        return _cast(self, dtype)
 
     def float(self):
         return self.cast(dt.float32)

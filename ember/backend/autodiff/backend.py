@@ -6,8 +6,10 @@ and grad mode is on, build one `Node` that keeps the input primitives tuple as i
 """
 from __future__ import annotations
 
+from ...dtype import from_numpy as _dtype_of
 from ...errors import AutodiffError
 from ..base import Backend
+from .engine import backward as _backward
 from .grad_mode import ACTIVE as _ACTIVE, _state
 from .graph import ADPrim, LeafNode, Node
 
@@ -76,9 +78,8 @@ class Autodiff(Backend):
 
     # -- data -----------------------------------------------------------------------------
     def from_numpy(self, array, device):
-        from ...dtype import from_numpy
         prim = self.inner.from_numpy(array, device.inner)
-        return ADPrim(prim, None, (tuple(array.shape), from_numpy(array.dtype)))
+        return ADPrim(prim, None, (tuple(array.shape), _dtype_of(array.dtype)))
 
     def wrap_inner(self, prim, meta):
         """An untracked autodiff primitive around an inner one."""
@@ -95,8 +96,7 @@ class Autodiff(Backend):
 
     def from_dlpack(self, obj, device):
         prim = self.inner.from_dlpack(obj, device.inner)
-        from ...dtype import from_numpy
-        return ADPrim(prim, None, (tuple(prim.shape), from_numpy(prim.dtype)))
+        return ADPrim(prim, None, (tuple(prim.shape), _dtype_of(prim.dtype)))
 
     def seed(self, device, seed):
         self.inner.seed(device.inner, seed)
@@ -128,5 +128,4 @@ class Autodiff(Backend):
         return prim.inner
 
     def backward(self, prim, meta, device):
-        from .engine import backward
-        return backward(prim, meta, device)
+        return _backward(prim, meta, device)

@@ -8,6 +8,8 @@ times add up. Every node visited is released, so the graph can only be walked on
 """
 from __future__ import annotations
 
+from operator import attrgetter
+
 from ...errors import AutodiffError
 from .gradients import Gradients
 from .graph import ADPrim
@@ -15,32 +17,29 @@ from .graph import ADPrim
 _FREED = ("backward: the graph behind this tensor was already freed by an earlier "
           "backward() ({what}); gradients flow through a graph once. Run the forward pass "
           "again to build a new graph")
+_seq = attrgetter("seq")
 
 
 def _toposort(root):
-    """Interior nodes reachable from ``root``, each after all of its parents; leaves are
-    returned separately (their gradients are the result)."""
-    order, seen = [], {id(root)}
+    """Interior nodes reachable from ``root``, newest first: each after every node that reads
+    it (nodes are numbered as they are recorded, and an op's inputs are recorded before it).
+    Leaves are not included (their gradients are the result)."""
     if root.prims is None:
         raise AutodiffError(_FREED.format(what=f"the root is the output of {root.op.name}"))
-    stack = [(root, iter(root.prims))]
-    while stack:
-        node, it = stack[-1]
-        for p in it:
+    order, seen = [root], {root}
+    for node in order:              # grows while it is walked: every reachable node once
+        for p in node.prims:
             if type(p) is not ADPrim:
                 continue
             parent = p.node
-            if parent is None or parent.is_leaf or id(parent) in seen:
+            if parent is None or parent.is_leaf or parent in seen:
                 continue
             if parent.prims is None:
                 raise AutodiffError(_FREED.format(
                     what=f"an input of {node.op.name} is the output of {parent.op.name}"))
-            seen.add(id(parent))
-            stack.append((parent, iter(parent.prims)))
-            break
-        else:
-            stack.pop()
-            order.append(node)
+            seen.add(parent)
+            order.append(parent)
+    order.sort(key=_seq, reverse=True)
     return order
 
 
@@ -71,53 +70,72 @@ _api = None
 
 
 def _tensor_api():
-    """(wrap, ones, sum_to_shape) from the Tensor API, imported once (it sits above us)."""
+    """(wrap, sum_to_shape, create, FULL) from the Tensor API and the registry, imported
+    once (they sit above us)."""
     global _api
     if _api is None:
-        from ...tensor.dispatch import wrap
-        from ...tensor.functional import ones, sum_to_shape
-        _api = (wrap, ones, sum_to_shape)
+        from ...ops.creation import FULL
+        from ...tensor.dispatch import create, wrap
+        from ...tensor.functional import sum_to_shape
+        _api = (wrap, sum_to_shape, create, FULL)
     return _api
 
 
+def _seed(meta, inner):
+    """The root's gradient: ones of its shape and (float) dtype on the inner device."""
+    _, _, create, full = _api or _tensor_api()
+    return create(full, inner, {"shape": meta[0], "value": 1.0, "dtype": meta[1]})
+
+
+def _untracked(meta):
+    """The error of backward() from a tensor that no graph leads to."""
+    if not meta[1].is_float:
+        why = (f"its dtype {meta[1].short} is not a float dtype, and only float results "
+               f"are differentiated")
+    else:
+        why = "no input on its path requires grad (call .require_grad() on the parameters)"
+    return AutodiffError(f"backward: the tensor of shape {meta[0]} is not tracked: {why}")
+
+
+def _input_grads(node, g, inner, wrap):
+    """The gradients ``node``'s derivative rule gives its inputs from the output's ``g``."""
+    op, prims, m = node.op, node.prims, node.meta
+    ins = tuple([wrap(p.inner, inner, p.meta[0], p.meta[1]) if type(p) is ADPrim else p
+                 for p in prims])
+    if op.nout == 1:
+        out = wrap(node.out, inner, m[0], m[1])
+    else:
+        out = tuple([wrap(o, inner, mo[0], mo[1]) for o, mo in zip(node.out, m)])
+    if op.vjp_needs:
+        needs = tuple([type(p) is ADPrim and p.node is not None for p in prims])
+        in_grads = op.vjp(g, ins, out, needs=needs, **node.attrs)
+    else:
+        in_grads = op.vjp(g, ins, out, **node.attrs)
+    if len(in_grads) != len(prims):
+        raise AutodiffError(f"backward: the derivative rule of {op.name} returned "
+                            f"{len(in_grads)} gradients for {len(prims)} inputs")
+    return in_grads
+
+
 def backward(root_prim, meta, device) -> Gradients:
-    wrap, ones, sum_to_shape = _api or _tensor_api()
+    wrap, sum_to_shape, _, _ = _api or _tensor_api()
     root = root_prim.node
     if root is None:
-        if not meta[1].is_float:
-            why = (f"its dtype {meta[1].short} is not a float dtype, and only float results "
-                   f"are differentiated")
-        else:
-            why = "no input on its path requires grad (call .require_grad() on the parameters)"
-        raise AutodiffError(f"backward: the tensor of shape {meta[0]} is not tracked: {why}")
+        raise _untracked(meta)
     inner = device.inner
     if root.is_leaf:
-        return Gradients({root.id: ones(meta[0], dtype=meta[1], device=inner)})
+        return Gradients({root.id: _seed(meta, inner)})
     order = _toposort(root)
-    grads = {id(root): ones(meta[0], dtype=meta[1], device=inner)}
-    result = {}
-    for node in reversed(order):
-        g = grads.pop(id(node), None)
-        prims = node.prims
-        if g is None:
+    grads = {root: _seed(meta, inner)}   # interior node -> the gradient of its output
+    result = {}                          # leaf id -> its gradient
+    for node in order:
+        g = grads.pop(node, None)
+        if g is None:                    # no path from the root gives this node a gradient
             node.release()
             continue
+        prims = node.prims
+        in_grads = _input_grads(node, g, inner, wrap)
         op = node.op
-        ins = tuple([wrap(p.inner, inner, p.meta[0], p.meta[1]) if type(p) is ADPrim else p
-                     for p in prims])
-        m = node.meta
-        if op.nout == 1:
-            out = wrap(node.out, inner, m[0], m[1])
-        else:
-            out = tuple(wrap(o, inner, mo[0], mo[1]) for o, mo in zip(node.out, m))
-        if op.vjp_needs:
-            needs = tuple(type(p) is ADPrim and p.node is not None for p in prims)
-            in_grads = op.vjp(g, ins, out, needs=needs, **node.attrs)
-        else:
-            in_grads = op.vjp(g, ins, out, **node.attrs)
-        if len(in_grads) != len(prims):
-            raise AutodiffError(f"backward: the derivative rule of {op.name} returned "
-                                f"{len(in_grads)} gradients for {len(prims)} inputs")
         node.release()
         for p, gi in zip(prims, in_grads):
             if gi is None or type(p) is not ADPrim:
@@ -131,9 +149,10 @@ def backward(root_prim, meta, device) -> Gradients:
             if gi._dtype is not dtype:
                 gi = gi.cast(dtype)
             if parent.is_leaf:
-                prev = result.get(parent.id)
-                result[parent.id] = gi if prev is None else prev + gi
+                key, into = parent.id, result
             else:
-                prev = grads.get(id(parent))
-                grads[id(parent)] = gi if prev is None else prev + gi
+                key, into = parent, grads
+            prev = into.get(key)
+            # a gradient with one contributor is used as it is; more are added up
+            into[key] = gi if prev is None else prev + gi
     return Gradients(result)

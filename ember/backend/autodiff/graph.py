@@ -12,6 +12,9 @@ import gc
 import itertools
 
 _leaf_ids = itertools.count(1)
+#: nodes are numbered as they are recorded: an op's inputs are always recorded before it, so
+#: the numbers order any graph topologically (backward walks them newest first)
+_node_seq = itertools.count()
 
 
 class ADPrim:
@@ -29,10 +32,11 @@ class ADPrim:
 class Node:
     """One recorded op. ``prims`` is None once backward has released the node."""
 
-    __slots__ = ("op", "prims", "out", "meta", "attrs")
+    __slots__ = ("op", "prims", "out", "meta", "attrs", "seq")
     is_leaf = False
 
     def __init__(self, op, prims, out, meta, attrs):
+        self.seq = next(_node_seq)
         self.op = op
         self.prims = prims   # the op's inputs: ADPrim (tensors) or Python scalars
         self.out = out       # inner primitive, or a tuple of them for several outputs

@@ -173,10 +173,9 @@ class Fusion(Backend):
         # every input is a ready inner primitive (or a Python scalar): the common path. How
         # an op of this output shape runs is decided once: at once on the inner backend
         # (small elementwise ops, views, ops fusion cannot hold), or through `_record`.
-        how = self._how.get(op)
-        if how is not None:
-            how = how.get(meta[0])
-        if how is None:
+        try:
+            how = self._how[op][meta[0]]
+        except KeyError:            # the first op of its kind and output shape
             how = self._decide(op, meta[0])
         if how:
             _OPS[how] += 1
