@@ -170,6 +170,10 @@ class Dialect:
             return f"(({c})({UNSIGNED[d]})(~({WIDE[d]}){x}))"
         raise TypeError(f"render: unary {op} of an int operand ({d.short})")
 
+    def fma_code(self, a: str, b: str, c: str, d: dt.DType) -> str:
+        """``a * b + c`` rounded once (``d``: f32, the only dtype `ir.Fma` takes)."""
+        return f"{self.math_fn('fma', d)}({a}, {b}, {c})"
+
     def binary_code(self, op: str, a: str, b: str, d: dt.DType) -> str:
         """``d``: the operands' compute dtype. Ints wrap; int division and remainder by
         zero give 0; shifts by counts outside ``[0, bits)`` give 0 or the sign fill; float

@@ -40,6 +40,7 @@ Operation semantics (the contract for renderers)
   ``[0, bits)`` gives 0 (``shl``; ``shr`` of unsigned) or the sign fill (``shr`` of signed:
   0 or -1); ``shr`` is arithmetic for signed types; ``shl`` wraps.
 * ``Select(c, a, b)``: ``c ? a : b`` (c is bool).
+* ``Fma(a, b, c)`` (f32): ``a * b + c`` rounded once, as C ``fmaf`` (see `fma_f32`).
 * ``Cast``: to bool is ``x != 0`` (NaN -> True); from bool 0/1; int -> int wraps modulo
   2**bits; int/float -> float rounds to nearest even; float -> int truncates toward zero,
   NaN -> 0, values beyond the int64 range saturate to the int64 limits, then the int64 value
@@ -276,6 +277,8 @@ class _Ctx:
         if isinstance(e, ir.Select):
             return np.where(v(e.cond).astype(bool, copy=False), v(e.a),
                             v(e.b)).astype(_np(e.dtype), copy=False)
+        if isinstance(e, ir.Fma):
+            return fma_f32(v(e.a), v(e.b), v(e.c))
         if isinstance(e, ir.Cast):
             return _cast(v(e.x), e.dtype)
         if isinstance(e, ir.Bitcast):
@@ -318,6 +321,25 @@ def _unary(op, x, d):
 
 _CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
         "gt": np.greater, "ge": np.greater_equal}
+
+
+def fma_f32(a, b, c) -> np.ndarray:
+    """``a * b + c`` of f32 values with one rounding, in NumPy: the product is exact in f64
+    (24 + 24 bits); the sum is rounded to odd in f64 (to nearest, then, when inexact, to
+    the neighbour with an odd last bit), which then rounds to f32 exactly as one rounding
+    of the exact value would (53 >= 24 + 2 bits)."""
+    a64, b64, c64 = (np.asarray(x, np.float32).astype(np.float64) for x in (a, b, c))
+    with np.errstate(all="ignore"):
+        p = a64 * b64
+        s = np.asarray(p + c64)
+        # the rounding error of s (two-sum: exact)
+        bv = s - p
+        err = (p - (s - bv)) + (c64 - bv)
+        even = (s.view(np.int64) & 1) == 0
+        fix = (err != 0) & np.isfinite(s) & even
+        if np.any(fix):
+            s = np.where(fix, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+        return np.asarray(s).astype(np.float32)
 
 
 def _binary(op, a, b, ad, d):

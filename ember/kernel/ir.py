@@ -16,6 +16,8 @@ Expressions
 ``Unary(op, x, dtype)``       op in `UNARY_OPS`
 ``Binary(op, a, b, dtype)``   op in `BINARY_OPS`; operands share a dtype (comparisons give bool)
 ``Select(cond, a, b, dtype)`` ``cond ? a : b``
+``Fma(a, b, c, dtype)``       ``a * b + c`` rounded once (f32 only: the math library's
+                              polynomials; every target has it, and it halves their cost)
 ``Cast(x, dtype)``            value conversion (float -> int truncates, as in C)
 ``Bitcast(x, dtype)``         the same bits as another dtype of the same size (math library)
 ``Acc(dtype)``                inside a reduction's epilogue: the reduced value
@@ -186,6 +188,14 @@ class Select(Expr):
 
 
 @_node
+class Fma(Expr):
+    a: Expr
+    b: Expr
+    c: Expr
+    dtype: dt.DType
+
+
+@_node
 class Cast(Expr):
     x: Expr
     dtype: dt.DType
@@ -271,6 +281,15 @@ def minimum(a: Expr, b) -> Binary:
     return Binary("min", a, _lift(b, a), a.dtype)
 
 
+def fma(a: Expr, b, c) -> Fma:
+    """``a * b + c`` with one rounding, of f32 operands."""
+    b, c = _lift(b, a), _lift(c, a)
+    if not (a.dtype is b.dtype is c.dtype is dt.float32):
+        raise TypeError(f"fma: f32 operands only, got {a.dtype.short}, {b.dtype.short}, "
+                        f"{c.dtype.short}")
+    return Fma(a, b, c, dt.float32)
+
+
 def unary(op: str, x: Expr) -> Unary:
     return Unary(op, x, dt.bool_ if op == "lnot" else x.dtype)
 
@@ -328,4 +347,6 @@ def children(e: Expr) -> tuple:
         return (e.a, e.b)
     if isinstance(e, Select):
         return (e.cond, e.a, e.b)
+    if isinstance(e, Fma):
+        return (e.a, e.b, e.c)
     return ()

@@ -264,6 +264,8 @@ def subst_acc(e: ir.Expr, repl: ir.Expr) -> ir.Expr:
             r = ir.Binary(x.op, go(x.a), go(x.b), x.dtype)
         elif isinstance(x, ir.Select):
             r = ir.Select(go(x.cond), go(x.a), go(x.b), x.dtype)
+        elif isinstance(x, ir.Fma):
+            r = ir.Fma(go(x.a), go(x.b), go(x.c), x.dtype)
         elif isinstance(x, ir.Cast):
             r = ir.Cast(go(x.x), x.dtype)
         elif isinstance(x, ir.Bitcast):

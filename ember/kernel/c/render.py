@@ -486,6 +486,12 @@ class _Scope:
                 fn = "ember_self" if vd is dt.float32 else "ember_seld"
                 return self._bind(f"{fn}({cond}, {v(e.a)}, {v(e.b)})", e.dtype)
             return self._bind(f"({cond} ? {v(e.a)} : {v(e.b)})", e.dtype)
+        if isinstance(e, ir.Fma):
+            d = _cd(e.dtype)
+            if not (d is _cd(e.a.dtype) is _cd(e.b.dtype) is _cd(e.c.dtype) is dt.float32):
+                raise TypeError(f"render: fma of {e.a.dtype.short}, {e.b.dtype.short}, "
+                                f"{e.c.dtype.short} typed {e.dtype.short} (f32 only)")
+            return self._bind(_DIALECT.fma_code(v(e.a), v(e.b), v(e.c), d), e.dtype)
         if isinstance(e, ir.Cast):
             return self._bind(_cast_code(v(e.x), e.x.dtype, e.dtype), e.dtype)
         if isinstance(e, ir.Bitcast):
@@ -523,9 +529,8 @@ def _cond_widths(e, memo: dict) -> frozenset:
         elif isinstance(n, ir.Cast):
             xd = _cd(n.x.dtype)
             w = memo.get(id(n.x), frozenset()) if xd.is_bool else frozenset({xd.itemsize})
-        elif isinstance(n, ir.Select):
-            w = memo.get(id(n.cond), frozenset()) | memo.get(id(n.a), frozenset()) | \
-                memo.get(id(n.b), frozenset())
+        elif isinstance(n, (ir.Select, ir.Fma)):
+            w = frozenset().union(*(memo.get(id(c), frozenset()) for c in ir.children(n)))
         elif isinstance(n, (ir.Load, ir.Bitcast)):
             w = frozenset({1})
         memo[id(n)] = w
