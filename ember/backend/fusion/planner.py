@@ -23,6 +23,8 @@ materialized nodes, so it ends.
 """
 from __future__ import annotations
 
+import math
+
 import os
 
 from ... import dtype as dt
@@ -33,9 +35,37 @@ EW, VIEW, RED = "ew", "view", "red"
 _HALF = (dt.float16, dt.bfloat16)
 
 
+#: the tags of scalar placeholders: ``"s"`` a scalar, ``"r"`` the divisor of a float
+#: division that is a power of two (the kernel multiplies by its exact reciprocal instead:
+#: the same result, without a division's cost)
+SCALAR_TAGS = ("s", "r")
+_EXP_RANGE = {dt.float32: 126, dt.float64: 1022}
+
+
+def scalar_tag(op_name: str, position: int, value, dtype) -> str:
+    """``"r"`` for a division's scalar divisor ``value`` of the form +-2^k whose reciprocal
+    is a normal number of the result's float ``dtype`` (then ``x / v == x * (1 / v)`` for
+    every ``x``: both are the one rounding of the same value), else ``"s"``."""
+    if op_name != "div" or position != 1 or type(value) is bool:
+        return "s"
+    limit = _EXP_RANGE.get(dtype)
+    if limit is None:
+        return "s"
+    try:
+        m, e = math.frexp(value)
+    except (OverflowError, TypeError):
+        return "s"
+    return "r" if abs(m) == 0.5 and abs(e - 1) <= limit else "s"
+
+
+def _reciprocal(v):
+    return 1.0 / v
+
+
 class PNode:
     """One recorded node as the planner sees it: ``ins`` are positions of earlier nodes
-    (ints), ``("x", k)`` external buffers or ``("s", k)`` scalar placeholders."""
+    (ints), ``("x", k)`` external buffers or ``("s", k)``/``("r", k)`` scalar placeholders
+    (`SCALAR_TAGS`)."""
     __slots__ = ("kind", "op", "attrs", "shape", "dtype", "ins", "out")
 
     def __init__(self, kind, op, attrs, shape, dtype, ins, out):
@@ -144,11 +174,12 @@ class Planner:
         st, off = L.buffer_view_through(imap, strides, 0, len(ctx.shape))
         return self._view(ctx, ref, dtype, st, off)
 
-    def _arg(self, ctx, j, dtype):
-        i = ctx.aidx.get(j)
+    def _arg(self, ctx, j, dtype, reciprocal=False):
+        key = (j, reciprocal)
+        i = ctx.aidx.get(key)
         if i is None:
-            i = ctx.aidx[j] = len(ctx.args)
-            ctx.args.append((j, ir.compute_dtype(dtype), dtype))
+            i = ctx.aidx[key] = len(ctx.args)
+            ctx.args.append((j, ir.compute_dtype(dtype), dtype, reciprocal))
         return ir.Arg(i, ir.compute_dtype(dtype))
 
     # -- lowering --------------------------------------------------------------------------
@@ -180,19 +211,23 @@ class Planner:
             ins = []
             sdt = None
             for x in n.ins:
-                if type(x) is tuple and x[0] == "s":
+                if type(x) is tuple and x[0] in SCALAR_TAGS:
                     if sdt is None:
                         sdt = n.dtype if n.op.name == "where" else next(
                             self.dtype_of(y) for y in n.ins
-                            if not (type(y) is tuple and y[0] == "s"))
-                    ins.append(self._arg(ctx, x[1], sdt))
+                            if not (type(y) is tuple and y[0] in SCALAR_TAGS))
+                    ins.append(self._arg(ctx, x[1], sdt, x[0] == "r"))
                     continue
                 xs = self.shape_of(x)
                 xm = imap if xs == n.shape else L.compose(
                     L.broadcast_terms(xs, n.shape), imap, xs, K)
                 ins.append(self.lower(ctx, x, xm))
             try:
-                e = n.op.expr(*ins, **n.attrs)
+                if type(n.ins[-1]) is tuple and n.ins[-1][0] == "r" and \
+                        ins[0].dtype is ins[1].dtype is n.dtype:
+                    e = ins[0] * ins[1]             # x / 2^k as x * 2^-k (see scalar_tag)
+                else:
+                    e = n.op.expr(*ins, **n.attrs)
             except Exception:
                 if self.strict >= 2:
                     raise
@@ -399,7 +434,7 @@ def _arg_refs(args):
     """(scalar index, rounding type or None) per kernel arg: a scalar of an f16 op is rounded
     to f16 first, as NumPy does with a weak scalar; a bf16 op's to f32 only (NumPy computes
     ``bf16_array * python_float`` in f32: ml_dtypes takes no part in weak promotion)."""
-    return [(j, _SCALAR_ROUND.get(d)) for j, _, d in args]
+    return [(j, _reciprocal if recip else _SCALAR_ROUND.get(d)) for j, _, d, recip in args]
 
 
 _SCALAR_ROUND = {dt.float16: dt.float16.np.type, dt.bfloat16: dt.float32.np.type}

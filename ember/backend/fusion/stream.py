@@ -28,13 +28,14 @@ from ... import dtype as dt
 from ...ops.registry import OPS
 from . import stats as S  # the module (the package re-exports stats() the function)
 from .lower import split_broadcast
-from .planner import RED, PNode, Planner, _KernelStep, strict_mode
+from .planner import RED, PNode, Planner, _KernelStep, scalar_tag, strict_mode
 from ...kernel.buffer_pool import default_pool
 
 # a kernel output in pooled memory: reusable in place when no other view reaches its block
 _pool_sole_view = default_pool().owns_exclusively
 
 MAX_PENDING = 256
+_RECIPROCAL_KEY = 1 << 32     # marks a divisor planned as its reciprocal in a plan-cache key
 _PY_SCALARS = (float, int, bool)
 
 # A node's structure -- kind, op, static args, shape, dtype -- is interned as a `Sig` when it
@@ -273,7 +274,12 @@ class Stream:
                     v = x.value
                     direct = False
                 elif t is float or t is int or t is bool:
-                    flat.append(-2 - 2 * len(scalars))
+                    j = -2 - 2 * len(scalars)
+                    sig = n.sig
+                    if sig.op.name == "div" and x is ins[1] and \
+                            scalar_tag("div", 1, x, sig.dtype) == "r":
+                        j -= _RECIPROCAL_KEY        # planned as a multiply (`scalar_tag`)
+                    flat.append(j)
                     scalars.append(x)
                     continue
                 else:
@@ -420,7 +426,7 @@ def _describe(sub, targets):
                 v = x.value
                 direct = 0
             elif t in _PY_SCALARS:
-                ins.append(("s", len(scalars)))
+                ins.append((scalar_tag(n.op.name, len(ins), x, n.dtype), len(scalars)))
                 scalars.append(x)
                 continue
             else:
