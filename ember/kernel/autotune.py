@@ -7,10 +7,13 @@ contiguous, broadcast or strided — not the numbers), its shape bucketed by pow
 dim, and the machine (CPU model and flags, thread count). Kernels of one key share the
 winner.
 
-Policy (documented choice): tuning runs **synchronously, on the first launch of a key, and
-bounded in time** (``EMBER_AUTOTUNE_BUDGET`` seconds, default 0.25, compiles included) and
-only for kernels big enough to matter (``EMBER_AUTOTUNE_MIN_WORK`` loop trips, default
-2**18); smaller kernels use the default variant. Another thread launching a key being tuned
+Policy (documented choice): tuning runs **synchronously, on the second launch of a key,
+and bounded in time** (``EMBER_AUTOTUNE_BUDGET`` seconds, default 0.25, compiles included)
+and only for kernels big enough to matter (``EMBER_AUTOTUNE_MIN_WORK`` loop trips, default
+2**18); smaller kernels use the default variant. The first launch runs the default variant:
+a kernel that runs once gains nothing from tuning, and its first call should cost a compile
+only; one that runs again (a training step's) is tuned then (``EMBER_AUTOTUNE_AFTER``: the
+launches before tuning, default 1; 0 tunes on the first). Another thread launching a key being tuned
 gets the default variant meanwhile (no waiting). Candidates are tried by coordinate descent
 — threads, vector width, chunk, 32-bit indexing, unroll — each timed as the best of
 at least two runs after a warm-up, on scratch outputs (never the caller's buffers); thread
@@ -64,6 +67,13 @@ class Variant:
 
 
 DEFAULT = Variant()
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, str(default)))
+    except ValueError:
+        return default
 
 
 def enabled_by_env() -> bool:
@@ -149,16 +159,21 @@ class Autotuner:
     """Chooses variants; ``stats`` counts tunings, benchmark runs and cache hits."""
 
     def __init__(self, cache_root=None, enabled: bool | None = None,
-                 budget_s: float | None = None, min_work: int | None = None):
+                 budget_s: float | None = None, min_work: int | None = None,
+                 tune_after: int | None = None):
         self.enabled = enabled_by_env() if enabled is None else bool(enabled)
+        #: launches of a key with no stored winner that get the default before it is tuned
+        self.tune_after = _env_int("EMBER_AUTOTUNE_AFTER", 1) if tune_after is None \
+            else int(tune_after)
         self.budget_s = float(os.environ.get("EMBER_AUTOTUNE_BUDGET", "0.25")) \
             if budget_s is None else float(budget_s)
         self.min_work = int(os.environ.get("EMBER_AUTOTUNE_MIN_WORK", str(1 << 18))) \
             if min_work is None else int(min_work)
         self.cache_root = cache_root
         self.stats = {"tunings": 0, "benchmarks": 0, "db_hits": 0, "memory_hits": 0,
-                      "db_writes": 0, "busy_defaults": 0, "db_errors": 0}
+                      "db_writes": 0, "busy_defaults": 0, "deferred": 0, "db_errors": 0}
         self._mem: dict = {}
+        self._untuned_launches: dict = {}
         self._busy: set = set()
         self._lock = threading.Lock()
         self._db_lock = threading.Lock()
@@ -246,6 +261,11 @@ class Autotuner:
         if v is not None:
             return v
         with self._lock:
+            seen = self._untuned_launches.get(key, 0)
+            if seen < self.tune_after:
+                self._untuned_launches[key] = seen + 1
+                self.stats["deferred"] += 1
+                return default
             if key in self._busy:
                 self.stats["busy_defaults"] += 1
                 return default
@@ -259,6 +279,12 @@ class Autotuner:
         finally:
             with self._lock:
                 self._busy.discard(key)
+
+    def settled(self, key: str) -> bool:
+        """Whether `choose` has its final answer for ``key`` (tuned or stored, or tuning is
+        off); until then a runtime asks again on the next launch (the first launches of a
+        key, or another thread was tuning it)."""
+        return not self.enabled or key in self._mem
 
     def _time(self, run, v: Variant, reps: int):
         run(v)                      # warm-up (and compile, for a compile-time variant)

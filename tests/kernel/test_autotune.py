@@ -48,7 +48,7 @@ def test_structure_hash_ignores_sizes_not_layout():
 
 
 def test_coordinate_descent_picks_the_fastest(tmp_path):
-    t = Autotuner(cache_root=tmp_path, enabled=True, budget_s=5.0)
+    t = Autotuner(cache_root=tmp_path, enabled=True, budget_s=5.0, tune_after=0)
     cost = {1: 0.004, 2: 0.001}
 
     def run(v):
@@ -65,14 +65,14 @@ def test_coordinate_descent_picks_the_fastest(tmp_path):
 
 
 def test_budget_bounds_tuning(tmp_path):
-    t = Autotuner(cache_root=tmp_path, enabled=True, budget_s=0.05)
+    t = Autotuner(cache_root=tmp_path, enabled=True, budget_s=0.05, tune_after=0)
     t0 = time.perf_counter()
     t.choose("slow", [("threads", list(range(1, 50)))], lambda v: time.sleep(0.01))
     assert time.perf_counter() - t0 < 0.5
 
 
 def test_failing_variant_is_skipped(tmp_path):
-    t = Autotuner(cache_root=tmp_path, enabled=True, budget_s=1.0)
+    t = Autotuner(cache_root=tmp_path, enabled=True, budget_s=1.0, tune_after=0)
 
     def run(v):
         if v.idx32:
@@ -90,7 +90,7 @@ def test_disabled_uses_default_and_no_db(tmp_path, monkeypatch):
 
 
 def test_default_while_another_thread_tunes(tmp_path):
-    t = Autotuner(cache_root=tmp_path, enabled=True, budget_s=10.0)
+    t = Autotuner(cache_root=tmp_path, enabled=True, budget_s=10.0, tune_after=0)
     go, started = threading.Event(), threading.Event()
 
     def slow(v):
@@ -118,8 +118,8 @@ SCRIPT = textwrap.dedent("""
                        (ir.Load(0, dt.f32) * 2.0 + 1.0,), (dt.f32,))
     p = rt.compile(k)
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    (out,) = rt.launch(p, [x])
-    ok = bool((out == x * np.float32(2) + np.float32(1)).all())
+    outs = [rt.launch(p, [x])[0] for _ in range(2)]    # tuned on the second launch
+    ok = all(bool((o == x * np.float32(2) + np.float32(1)).all()) for o in outs)
     print(json.dumps({"ok": ok, "variant": p.variant.to_json(), **rt.autotuner.stats}))
 """)
 
@@ -140,6 +140,7 @@ def test_second_process_reads_the_winner_without_benchmarking(tmp_path):
            "EMBER_AUTOTUNE_MIN_WORK": "0", "EMBER_AUTOTUNE_BUDGET": "0.5"}
     first = _run(env)
     assert first["ok"] and first["tunings"] == 1 and first["benchmarks"] > 0
+    assert first["deferred"] == 1                   # the first launch ran the default
     second = _run(env)
     assert second["ok"] and second["tunings"] == 0 and second["benchmarks"] == 0
     assert second["db_hits"] == 1 and second["variant"] == first["variant"]
@@ -162,6 +163,8 @@ def test_runtime_tunes_big_kernels_only(tmp_path):
     big = rt.compile(big_k)
     x = np.random.default_rng(1).standard_normal((300, 3000)).astype(np.float32)
     (o,) = rt.launch(big, [x])
+    assert not big.tuned and big.variant == Variant()     # the first launch: the default
+    rt.launch(big, [x])
     assert big.tuned and big.tune_key is not None
     np.testing.assert_allclose(o[:, 0], x.astype(np.float64).sum(1), rtol=1e-4, atol=1e-4)
     again = rt.launch(big, [x])[0]
@@ -171,7 +174,7 @@ def test_runtime_tunes_big_kernels_only(tmp_path):
 def test_a_win_that_does_not_repeat_is_not_stored(tmp_path):
     """A candidate that looked faster once (noise) but loses the final comparison with the
     default is dropped: the default is stored."""
-    t = Autotuner(cache_root=tmp_path, enabled=True, budget_s=5.0)
+    t = Autotuner(cache_root=tmp_path, enabled=True, budget_s=5.0, tune_after=0)
     calls = {"n": 0}
 
     def run(v):
@@ -212,3 +215,23 @@ def test_runtime_skips_the_default_team_and_tries_wide_vectors(tmp_path, monkeyp
     assert ("wide" in axes) == R._has_avx512()
     assert p.variant.wide == R._has_avx512()
     np.testing.assert_array_equal(o, x * np.float32(2) + np.float32(1))
+
+
+def test_a_key_is_tuned_on_its_second_launch(tmp_path):
+    """The first launch of a key with no stored winner gets the default without any timing
+    (a kernel used once costs its compile only); the second tunes; then it is settled."""
+    t = Autotuner(cache_root=tmp_path, enabled=True, budget_s=5.0)
+    assert t.tune_after == 1
+    timed = []
+
+    def run(v):
+        timed.append(v)
+        time.sleep(0.001 if v.threads == 2 else 0.004)
+
+    assert t.choose("k", [("threads", [2])], run) == Variant() and not timed
+    assert not t.settled("k") and t.stats["deferred"] == 1
+    assert t.choose("k", [("threads", [2])], run) == Variant(threads=2) and timed
+    assert t.settled("k") and t.stats["tunings"] == 1
+    never = Autotuner(cache_root=tmp_path, enabled=True, tune_after=3)
+    assert [never.choose("k2", [("threads", [2])], run) for _ in range(3)] == [Variant()] * 3
+    assert never.stats["tunings"] == 0 and never.lookup("k") == Variant(threads=2)

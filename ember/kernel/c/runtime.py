@@ -473,7 +473,7 @@ class CpuKernelRuntime:
             if program.cost < self.autotuner.min_work:
                 program.tuned = True
                 return
-            key = program.tune_key = self.tune_key(program)
+            key = program.tune_key = program.tune_key or self.tune_key(program)
             scratch = [np.empty(s, d) for s, d in zip(program.out_shapes, program.out_dtypes)]
             args = list(args)
 
@@ -502,8 +502,9 @@ class CpuKernelRuntime:
             except Exception:
                 v = DEFAULT
             program.variant = v
-            # another thread tuning the key gave the default: try again on a later launch
-            program.tuned = key not in self.autotuner._busy or v is not DEFAULT
+            # the key's first launch, or another thread tuning it, gave the default: try
+            # again on a later launch
+            program.tuned = self.autotuner.settled(key)
 
     def source(self, program: Program) -> str:
         """The C source of a program (for EMBER_FUSION_LOG)."""

@@ -492,7 +492,7 @@ class CudaKernelRuntime:
             if program.work < min_work():
                 program.tuned = True
                 return
-            key = program.tune_key = self.tune_key(program)
+            key = program.tune_key = program.tune_key or self.tune_key(program)
             cp = self._cp
             scratch = [self._empty(s, d) for s, d in zip(program.out_shapes,
                                                           program.out_dtypes)]
@@ -515,7 +515,9 @@ class CudaKernelRuntime:
             except Exception:
                 v = DEFAULT
             program.variant = v
-            program.tuned = key not in self.tuner._busy or v is not DEFAULT
+            # the key's first launch, or another thread tuning it, gave the default: try
+            # again on a later launch
+            program.tuned = self.tuner.settled(key)
 
     # -- introspection ----------------------------------------------------------------------
     def source(self, program: CudaProgram) -> str:

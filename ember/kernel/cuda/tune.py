@@ -7,9 +7,10 @@ reductions: threads per output) and ``by`` (column reductions: threads per outpu
 the renderer's default. ``ept`` is a launch choice; the others are compile-time (another
 NVRTC compile, cached like any kernel).
 
-Tuning is synchronous, on a key's first launch, within ``EMBER_AUTOTUNE_BUDGET`` (compiles
+Tuning is synchronous, on a key's second launch (the first runs the default variant:
+``EMBER_AUTOTUNE_AFTER``, as for C kernels), within ``EMBER_AUTOTUNE_BUDGET`` (compiles
 included), for kernels of at least ``EMBER_CUDA_AUTOTUNE_MIN_WORK`` elements (default
-2**20); it times each candidate with CUDA events on the current stream (so that first launch
+2**20); it times each candidate with CUDA events on the current stream (so that launch
 synchronizes once). Candidates go by coordinate descent; a candidate must be 3% faster to
 win. The winner is stored under ``cuda|<structure>|<shape bucket>|<device>|v1``.
 """
