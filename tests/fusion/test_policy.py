@@ -82,6 +82,23 @@ def test_a_large_transposed_input_is_not_copied_by_a_kernel(dev):
     assert_close(got, np.exp(b.astype(np.float64) * 2) + a, rtol=1e-6)
 
 
+def test_a_layer_norm_of_a_transposed_input_still_fuses(dev):
+    """Combining a transposed input with its own statistics (layer norm after swap_dims,
+    Burn's bug case) is what reduce-then-broadcast kernels are for: the rule that keeps a
+    transposed input away from kernels does not apply, and it runs in two kernels."""
+    rng = np.random.default_rng(8)
+    a = rng.normal(size=(4, 48, 1024)).astype(np.float32)   # above SINGLE_OP_MIN too
+    w, b = (rng.normal(size=48).astype(np.float32) for _ in range(2))
+    x = em.tensor(a, device=dev).swap_dims(1, 2)
+    wt, bt = em.tensor(w, device=dev), em.tensor(b, device=dev)
+    got, st = counted(lambda: em.layer_norm(x, 48, wt, bt))
+    assert st["kernels"] <= 2 and st["eager_ops"] == 0 and st["inner_ops"] == 0, st
+    xs = a.transpose(0, 2, 1).astype(np.float64)
+    mu = xs.mean(-1, keepdims=True)
+    ref = (xs - mu) / np.sqrt(((xs - mu) ** 2).mean(-1, keepdims=True) + 1e-5) * w + b
+    assert_close(got, ref, rtol=1e-5, atol=1e-5)
+
+
 def test_a_ready_reduction_below_the_single_op_size_runs_inner(dev):
     a = np.random.default_rng(4).normal(size=(40, 50, 3)).astype(np.float32)
     x = em.tensor(a, device=dev)

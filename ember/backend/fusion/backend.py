@@ -31,7 +31,7 @@ from . import runtime as _rt
 from .cache import PlanCache
 from .stats import EAGER, INNER, VIEW_OP, OP_COUNTS as _OPS
 from .planner import EW, RED, VIEW
-from .stream import _SIGS, FusionPrim, Stream, _transposed, numel, sig_of
+from .stream import _SIGS, FusionPrim, Node, Stream, _transposed, numel, sig_of
 
 _EW_CATEGORIES = frozenset({"unary", "binary", "cast", "other"})
 _VIEWS = frozenset({"reshape", "expand", "permute", "slice", "unfold"})
@@ -64,6 +64,14 @@ def _min_numel(v) -> int:
 
 def _shape_of(p):
     return p.node.shape if type(p) is FusionPrim else tuple(getattr(p, "shape", ()))
+
+
+def _normalizes(ins, shape) -> bool:
+    """Whether a pending input is broadcast into the op's output ``shape``: the op combines
+    a tensor with statistics of it (the mean of a layer norm, the max of a softmax), which a
+    reduce-then-broadcast kernel computes reading the input once in its own layout (a tiled
+    sweep), where the inner backend makes a pass per op."""
+    return any(type(x) is Node and x.shape != shape for x in ins)
 
 
 def _transposes(prims, min_numel) -> bool:
@@ -254,7 +262,8 @@ class Fusion(Backend):
             return self._record(op, kind, ins, None, attrs, meta, device)
         if kind is EW:
             shape = meta[0]
-            if self.min_numel and len(shape) > 1 and _transposes(ins, self.min_numel):
+            if self.min_numel and len(shape) > 1 and _transposes(ins, self.min_numel) and \
+                    not _normalizes(ins, shape):
                 # a kernel would copy a large input transposed (a conv output in
                 # channels-last order, say): its pending inputs are computed, and the op
                 # runs on the inner backend, which keeps the input's memory order

@@ -353,10 +353,13 @@ def _new_entry(sub, targets, backend, raw_vals) -> _Entry:
     e.n_nodes = n = len(sub)
     E = len(ext_sig)
     e.unfused = None
-    if backend.min_numel and any(_transposed(v, backend.min_numel) for v in raw_vals):
+    if backend.min_numel and not any(n.kind == RED for n in sub) and \
+            any(_transposed(v, backend.min_numel) for v in raw_vals):
         # a kernel writes row-major: reading a large input laid out otherwise (a conv output
         # in channels-last order, say) it would copy it transposed, where the inner ops keep
-        # the input's memory order. Such a part runs on the inner backend.
+        # the input's memory order. Such a part runs on the inner backend -- unless it
+        # reduces: a reduce-then-broadcast kernel (layer norm after swap_dims) reads the
+        # input once in its own layout, where the inner ops make a pass each.
         e.unfused = tuple(tuple(E + x if type(x) is int else
                                 (x[1] if x[0] == "x" else -1 - x[1]) for x in ins_all[i])
                           for i in range(n))
