@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU test run (issue 5): the CUDA kernel tests, the Cuda backend tests and the conformance
-# suite on every registered CUDA stack, on a machine with an NVIDIA GPU and CuPy installed.
+# The GPU test run (issue 5): the CUDA kernel tests, the Cuda backend tests, the conformance
+# suite on every registered CUDA stack and the training examples on `--device cuda`, on a
+# machine with an NVIDIA GPU and CuPy installed.
 #
 #   bench/gpu_tests.sh [LOG_DIR]        (default: bench/results)
 #
@@ -48,5 +49,6 @@ status=0
 run tests/kernel_cuda tests/backend_cuda || status=1
 run tests/conformance -k "cuda" || status=1
 run tests/fusion -k "cuda" || status=1
+run tests/test_examples.py -k "cuda" || status=1
 echo "overall: $([ $status = 0 ] && echo pass || echo FAIL)" | tee -a "$log"
 exit "$status"

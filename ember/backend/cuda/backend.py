@@ -210,10 +210,11 @@ class Cuda(Backend):
         queued for it (no host synchronization)."""
         scope = self._scope_of(prim)
         cp = self.cp
-        with cp.cuda.Device(prim.device.id):
-            current = cp.cuda.get_current_stream()
-            if current.ptr != scope.stream.ptr:
-                current.wait_event(scope.stream.record())
+        if cp.cuda.runtime.getDevice() == scope.index:
+            scope.order_stream(cp, cp.cuda.get_current_stream())
+        else:
+            with cp.cuda.Device(scope.index):
+                scope.order_stream(cp, cp.cuda.get_current_stream())
         return prim
 
     def dlpack_source(self, prim):
