@@ -109,8 +109,8 @@ def bench_gelu(torch, repeat: int, compile_peer: bool) -> dict:
     fns = {"np.copyto (1 thread)": lambda: np.copyto(dst, x_np)}
 
     def copy_all_cores():
-        parts = np.array_split(np.arange(n), _NCPU)
-        bounds = [(int(p[0]), int(p[-1]) + 1) for p in parts if len(p)]
+        cuts = [n * i // _NCPU for i in range(_NCPU + 1)]
+        bounds = [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
         ts = [threading.Thread(target=np.copyto, args=(dst[a:b], x_np[a:b]))
               for a, b in bounds[1:]]
         for t in ts:
