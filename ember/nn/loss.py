@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ember as em
 from ember.errors import ConfigError, DTypeError, ShapeError
+from ember.ops.nn import CROSS_ENTROPY_ROWS
+from ember.tensor.dispatch import apply
 
 from ._util import make_config
 
@@ -101,9 +103,11 @@ def _cross_entropy(op, input, target, weight, ignore_index, reduction, label_smo
         raise ShapeError(f"{op}: input must be [N, C, *] or [C], got a 0-d tensor")
     cdim = 0 if input.ndim == 1 else 1
     c = input.shape[cdim]
+    w = _as_tensor(weight, input, "weight")
+    if not log_probs and w is None and not eps and target.dtype.kind == "int":
+        return _class_cross_entropy(op, input, target, cdim, ignore_index, reduction)
     logp = input if log_probs else em.log_softmax(input, cdim)
     lp = _classes_last(op, logp)
-    w = _as_tensor(weight, input, "weight")
     if w is not None and tuple(w.shape) != (c,):
         raise ShapeError(f"{op}: weight {tuple(w.shape)} must have shape ({c},), one per class")
     if target.dtype.kind == "float":  # class probabilities
@@ -140,6 +144,22 @@ def _cross_entropy(op, input, target, weight, ignore_index, reduction, label_smo
     if reduction == "sum":
         return loss.sum()
     return loss.sum() / wt.sum()
+
+
+def _class_cross_entropy(op, input, target, cdim, ignore_index, reduction):
+    """Cross entropy of logits and int classes, unweighted and unsmoothed (the common case):
+    one `cross_entropy_rows` primitive, forward and backward, instead of the composite."""
+    want = tuple(input.shape[:cdim]) + tuple(input.shape[cdim + 1:])
+    if tuple(target.shape) != want:
+        raise ShapeError(f"{op}: target {tuple(target.shape)} must have shape {want} for "
+                         f"input {tuple(input.shape)} (the input without its class dim)")
+    rows, valid = apply(CROSS_ENTROPY_ROWS, (_classes_last(op, input), target.reshape(-1)),
+                        {"ignore_index": int(ignore_index)})
+    if reduction == "none":
+        return rows.reshape(want)
+    if reduction == "sum":
+        return rows.sum()
+    return rows.sum() / valid.sum()
 
 
 def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):

@@ -1027,3 +1027,103 @@ EMBEDDING_BACKWARD = declare(
     infer=_embedding_backward_infer, numpy=_embedding_backward_np,
     vjp=lambda gg, i, o, num_weights: (_run(EMBEDDING, (gg, i[1])), None),
     doc="the weight gradient of embedding: rows of g summed into [num_weights, D]")
+
+
+# -- cross entropy of int targets -----------------------------------------------------------
+# One primitive for the common loss (logits [M, C], int class per row): the composite form
+# (log_softmax, masking, gather, weights) costs about twenty ops forward and as many
+# backward, a large share of a small model's training step. Its backward is a primitive too.
+def _ce_check(op, x, t):
+    if len(x._shape) != 2:
+        raise ShapeError(f"{op}: expects logits [rows, classes], got shape {x._shape}")
+    if x._dtype.kind != "float":
+        require_kind(op, x._dtype, "float", "logits")
+    if t._dtype.kind != "int":
+        require_kind(op, t._dtype, "int", "target")
+    if t._shape != x._shape[:1]:
+        raise ShapeError(f"{op}: target {t._shape} must have one class per row of logits "
+                         f"{x._shape}: shape {x._shape[:1]}")
+
+
+def _ce_rows(x, t, ignore_index, xp):
+    """(the target rows' valid mask, safe class per row, log-sum-exp per row, x in the
+    compute dtype): shared by the forward and the backward."""
+    valid = t != ignore_index
+    if xp is np and valid.any():
+        c = x.shape[1]
+        bad = valid & ((t < 0) | (t >= c))
+        if bad.any():
+            raise IndexError_(f"cross_entropy: target class {int(t[bad][0])} is out of range "
+                              f"for {c} classes; valid: 0 .. {c - 1}, or ignore_index "
+                              f"{ignore_index}")
+    xc = x.astype(_ct(x), copy=False)
+    safe = xp.where(valid, t, 0)
+    m = xc.max(axis=1, keepdims=True) if xc.shape[1] else xp.zeros((xc.shape[0], 1), xc.dtype)
+    m = xp.where(xp.isfinite(m), m, 0)        # rows of -inf / inf: no NaN from inf - inf
+    lse = xp.log(xp.exp(xc - m).sum(axis=1, keepdims=True)) + m
+    return valid, safe, lse, xc
+
+
+def _ce_numpy(x, t, *, ignore_index, xp=np):
+    valid, safe, lse, xc = _ce_rows(x, t, ignore_index, xp)
+    picked = xp.take_along_axis(xc, safe.reshape(-1, 1).astype(np.int64), axis=1)
+    loss = xp.where(valid, (lse - picked).reshape(-1), 0)
+    return loss.astype(x.dtype), valid.astype(x.dtype)
+
+
+def _ce_infer(x, t, ignore_index):
+    _ce_check("cross_entropy_rows", x, t)
+    meta = (x._shape[:1], x._dtype)
+    return [meta, meta]
+
+
+def _ce_vjp(g, inputs, out, ignore_index):
+    x, t = inputs
+    return (_run(CROSS_ENTROPY_ROWS_BACKWARD, (g, x, t), ignore_index=ignore_index), None)
+
+
+def _ce_bwd_numpy(g, x, t, *, ignore_index, xp=np):
+    valid, safe, lse, xc = _ce_rows(x, t, ignore_index, xp)
+    p = xp.exp(xc - lse)                                  # softmax of each row
+    rows = xp.arange(xc.shape[0])
+    p[rows, safe] -= 1.0
+    p *= xp.where(valid, g.astype(xc.dtype, copy=False), 0).reshape(-1, 1)
+    return p.astype(x.dtype, copy=False)
+
+
+def _ce_bwd_infer(g, x, t, ignore_index):
+    op = "cross_entropy_rows_backward"
+    _ce_check(op, x, t)
+    if g._shape != x._shape[:1]:
+        raise ShapeError(f"{op}: gradient {g._shape} must have one value per row of logits "
+                         f"{x._shape}")
+    same_dtype(op, g._dtype, x._dtype)
+    return (x._shape, x._dtype)
+
+
+def _ce_bwd_vjp(gg, inputs, out, ignore_index, needs):
+    """The backward is ``g * valid * (softmax(x) - onehot(t))`` per row: linear in ``g``,
+    and in ``x`` the softmax's Jacobian ``s * (gg - sum(s * gg))`` scaled by ``g``."""
+    g, x, t = inputs
+    validf = (t != ignore_index).cast(x._dtype)
+    s = api.softmax(x, 1)
+    onehot = api.one_hot(api.where(t != ignore_index, t, 0), x._shape[1]).cast(x._dtype)
+    dg = ((s - onehot) * gg).sum(1) * validf if needs[0] else None
+    if needs[1]:
+        sg = s * gg
+        dx = (sg - s * sg.sum(1, keepdim=True)) * (g * validf).reshape(-1, 1)
+    else:
+        dx = None
+    return (dg, dx, None)
+
+
+CROSS_ENTROPY_ROWS = declare(
+    "cross_entropy_rows", "other", nin=2, attrs=("ignore_index",), infer=_ce_infer,
+    numpy=_ce_numpy, vjp=_ce_vjp, nout=2,
+    doc="per row of logits [M, C] with int target [M]: -log_softmax(row)[target] (0 where "
+        "target == ignore_index), and the valid mask as a float (for the mean)")
+CROSS_ENTROPY_ROWS_BACKWARD = declare(
+    "cross_entropy_rows_backward", "other", nin=3, attrs=("ignore_index",),
+    infer=_ce_bwd_infer, numpy=_ce_bwd_numpy, vjp=_ce_bwd_vjp, vjp_needs=True,
+    doc="the logits' gradient of cross_entropy_rows: g * (softmax(row) - onehot(target)), "
+        "0 on ignored rows")
