@@ -112,7 +112,9 @@ def _int_passthrough(name):
 
 # -- arithmetic -----------------------------------------------------------------------------
 ADD = binary("add", np.add, lambda g, i, o: (g, g), expr=L.add)
-SUB = binary("sub", np.subtract, lambda g, i, o: (g, -g), expr=L.sub)
+SUB = binary("sub", np.subtract,
+             lambda g, i, o, needs: (g if needs[0] else None, -g if needs[1] else None),
+             expr=L.sub, vjp_needs=True)
 # mul and div compute only the gradients wanted (``needs``): in ``x * w`` with a constant
 # ``x``, the product for ``x`` would be a full-size op for nothing.
 MUL = binary("mul", np.multiply, lambda g, i, o, needs: (g * i[1] if needs[0] else None,

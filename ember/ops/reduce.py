@@ -56,7 +56,8 @@ def reduce_infer(name, kinds="float int bool", out=None, nonempty=False):
 
 def grad_to_input(g, x_shape, dims, keepdim):
     """A gradient of a reduced shape, broadcast back over the reduced dims."""
-    if not keepdim:
+    if not keepdim and tuple(sorted(dims)) != tuple(range(len(dims))):
+        # (reduced leading dims -- a full reduction too -- broadcast back as they are)
         g = g.reshape(reduced_shape(x_shape, dims, True))
     return g.expand(x_shape)
 
