@@ -228,6 +228,16 @@ def _conv_transpose_np(nd):
         osz = tuple(_transpose_out_size(s_, k, st, p, op_, d) for s_, k, st, p, op_, d in
                     zip(size, kernel, stride, padding, output_padding, dilation))
         crop = tuple(slice(p, p + o) for p, o in zip(padding, osz))
+        if groups == 1 and all(st == 1 for st in stride) and all(
+                d * (k - 1) >= p for d, k, p in zip(dilation, kernel, padding)):
+            # stride 1: a convolution of x with the flipped, transposed weight (one im2col
+            # and one matmul, where the general path adds a strided slice per kernel offset)
+            wf = xp.ascontiguousarray(
+                wc[(slice(None), slice(None)) + (slice(None, None, -1),) * nd].swapaxes(0, 1))
+            pad = tuple(d * (k - 1) - p for d, k, p in zip(dilation, kernel, padding))
+            cols, osz2 = _im2col(xc, kernel, (1,) * nd, pad, dilation, 1, nd, xp)
+            y = xp.matmul(cols, _w_cols(wf, 1, nd, xp))
+            return _to_nc(y, n, 1, osz2, f, nd).astype(x.dtype, copy=False)
         if cg == 1 and groups > 1:
             # one input channel per group: broadcast multiply-adds per kernel offset
             buf = xp.zeros((n, cin, f) + full, dtype=ct)
