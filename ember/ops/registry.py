@@ -20,7 +20,11 @@ A declaration (`Op`) carries:
 * ``nout``: the number of outputs; only the first output of a multi-output op is
   differentiable (indices are not);
 * ``vjp_needs``: the rule takes a ``needs`` keyword, one bool per input saying whether that
-  input's gradient is wanted, so expensive ops (matmul, conv) skip the ones that are not.
+  input's gradient is wanted, so expensive ops (matmul, conv) skip the ones that are not;
+* ``decompose(*inputs, **attrs)``: optional, the op written with other ember Tensor ops (the
+  same results, bit for bit), returning its output(s). A backend may run that instead of the
+  primitive: Fusion does for large tensors, so the elementwise ops of a fused primitive
+  (``adam_update``) still fuse into one generated kernel (docs/fusion.md).
 
 Backends implement ops by name or fall back to ``numpy`` (with their own ``xp``); decorators
 forward them; tests iterate over ``OPS``.
@@ -34,10 +38,10 @@ OPS: dict[str, "Op"] = {}
 
 class Op:
     __slots__ = ("name", "category", "nin", "attrs", "infer", "numpy", "vjp", "expr",
-                 "promote", "nout", "doc", "vjp_needs", "__weakref__")
+                 "promote", "nout", "doc", "vjp_needs", "decompose", "__weakref__")
 
     def __init__(self, name, category, nin, attrs, infer, numpy, vjp, expr, promote, nout, doc,
-                 vjp_needs=False):
+                 vjp_needs=False, decompose=None):
         self.name = name
         self.category = category
         self.nin = nin
@@ -50,6 +54,7 @@ class Op:
         self.nout = nout
         self.doc = doc
         self.vjp_needs = vjp_needs
+        self.decompose = decompose
 
     @property
     def differentiable(self) -> bool:
@@ -64,19 +69,20 @@ class Op:
 
 
 CATEGORIES = {"unary", "binary", "reduce", "view", "index", "matmul", "conv", "pool",
-              "creation", "cast", "random", "sort", "scan", "norm", "other"}
+              "creation", "cast", "random", "sort", "scan", "norm", "optim", "other"}
 
 
 def declare(name: str, category: str, *, nin: int, infer: Callable, numpy: Callable,
             vjp: Callable | None = None, attrs: tuple = (), expr=None, promote: str | None = None,
-            nout: int = 1, doc: str = "", vjp_needs: bool = False) -> Op:
+            nout: int = 1, doc: str = "", vjp_needs: bool = False,
+            decompose: Callable | None = None) -> Op:
     """Declare a primitive op. Each name is declared exactly once."""
     if name in OPS:
         raise RuntimeError(f"op {name!r} is declared twice")
     if category not in CATEGORIES:
         raise RuntimeError(f"op {name!r}: unknown category {category!r}")
     op = Op(name, category, nin, tuple(attrs), infer, numpy, vjp, expr, promote, nout, doc,
-            vjp_needs)
+            vjp_needs, decompose)
     OPS[name] = op
     return op
 

@@ -6,6 +6,8 @@ import math
 
 import ember as em
 from ember.errors import ConfigError
+from ember.ops.optim import ADAM_UPDATE
+from ember.tensor.dispatch import apply
 
 from .base import Optimizer, check_range, clipping_from_config, config_decorator
 
@@ -18,6 +20,10 @@ class Adam(Optimizer):
 
     ``weight_decay`` adds ``weight_decay * w`` to the gradient (L2), or with
     ``decoupled_weight_decay=True`` scales ``w`` by ``1 - lr * weight_decay`` first (AdamW).
+
+    Without ``amsgrad`` a parameter's step is one fused op, ``adam_update``
+    (ember/ops/optim.py), bit for bit the Tensor-op formula of ``_composite``; AMSGrad (and
+    parameters whose gradient or state differ in dtype or shape) take the formula.
     """
 
     _defaults = {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0, "amsgrad": False,
@@ -41,11 +47,42 @@ class Adam(Optimizer):
         b1, b2 = hp["betas"]
         wd = hp["weight_decay"]
         decoupled = hp["decoupled_weight_decay"]
+        # the last item: adam_update's attrs by step number, built once per step
         return (lr, b1, b2, 1.0 - b1, 1.0 - b2, hp["eps"], 0.0 if decoupled else wd,
-                1.0 - lr * wd if decoupled and wd else 1.0, hp["amsgrad"])
+                1.0 - lr * wd if decoupled and wd else 1.0, hp["amsgrad"], {})
 
     def _update(self, w, g, rec, c):
-        lr, b1, b2, k1, k2, eps, l2, decay, amsgrad = c
+        if not c[8]:
+            d, s = w._dtype, w._shape
+            if g._dtype is d and g._shape == s and d.is_float:
+                if rec is None:
+                    t, m, v, key = 1, g, g, 0   # m, v: not read on the first step
+                else:
+                    t = key = rec[0] + 1
+                    m, v = rec[2], rec[3]
+                    if m is None or v is None or m._dtype is not d or v._dtype is not d \
+                            or m._shape != s or v._shape != s:
+                        return self._composite(w, g, rec, c)
+                attrs = c[9].get(key)
+                if attrs is None:
+                    attrs = c[9][key] = self._attrs(c, t, rec is None)
+                w, m, v = apply(ADAM_UPDATE, (w, g, m, v), attrs)
+                return w, (t, w.device, m, v, None)
+        return self._composite(w, g, rec, c)
+
+    @staticmethod
+    def _attrs(c, t, first):
+        """adam_update's attrs for step ``t`` (``first``: the parameter has no state yet):
+        the folded scalars of `_composite`."""
+        lr, b1, b2, k1, k2, eps, l2, decay = c[:8]
+        s2 = math.sqrt(1.0 - b2 ** t)
+        return {"beta1": b1, "beta2": b2, "k1": k1, "k2": k2,
+                "step": lr * s2 / (1.0 - b1 ** t), "eps": eps * s2, "decay": decay,
+                "l2": l2, "first": first}
+
+    def _composite(self, w, g, rec, c):
+        """The step with Tensor ops (AMSGrad; what adam_update computes, otherwise)."""
+        lr, b1, b2, k1, k2, eps, l2, decay, amsgrad = c[:9]
         if l2:
             g = g + w * l2
         if rec is None:

@@ -28,7 +28,8 @@ F32 = np.dtype(np.float32)
 #: computes bf16 inputs in f32. (CuPy 14 also copies, concatenates, takes and selects bf16
 #: natively; adding such data-movement ops here saves two conversions each, once a GPU run
 #: of the conformance suite has checked them.)
-BF16_NATIVE = frozenset({"reshape", "expand", "permute", "slice", "unfold", "matmul"})
+BF16_NATIVE = frozenset({"reshape", "expand", "permute", "slice", "unfold", "matmul",
+                         "adam_update"})   # (its kernel rounds to bf16 per operation itself)
 
 
 def namespace(cupy, **overrides):
@@ -55,10 +56,98 @@ def _matmul_impl(cp, xp):
     return xp.matmul
 
 
+# -- adam_update: one kernel, three outputs ---------------------------------------------------
+# The operations of the registry's reference (ember/ops/optim.py), in its order, each rounded
+# to the tensors' dtype (EMBER_RND) as NumPy rounds each ufunc's result: f32/f64 compute in
+# their own type, f16 in f32 rounded to f16 after each operation, bf16 (passed as f32) in f32
+# rounded to bf16 after each operation. The scalars arrive as f64 values already rounded to
+# the type the NumPy ufuncs take them in (`_adam_scalar`), so the casts below are exact.
+# Compiled with --fmad=false: a fused multiply-add would round once where NumPy rounds twice.
+_ADAM_PREAMBLE = r"""
+template <typename T> struct ember_adam_ct { typedef T type; };
+template <> struct ember_adam_ct<float16> { typedef float type; };
+"""
+_ADAM_PLAIN = _ADAM_PREAMBLE + r"""
+#define EMBER_RND(x) ((C)(T)(x))
+"""
+_ADAM_BF16 = _ADAM_PREAMBLE + r"""
+__device__ __forceinline__ float ember_bf16_round(float x) {
+  unsigned int u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    return __uint_as_float((u | 0x00400000u) & 0xffff0000u);   // NaN stays (quiet) NaN
+  }
+  u += 0x7fffu + ((u >> 16) & 1u);                               // round half to even
+  return __uint_as_float(u & 0xffff0000u);
+}
+#define EMBER_RND(x) ember_bf16_round((float)(x))
+"""
+ADAM_IN = ("T w, T g, T m, T v, float64 beta1, float64 beta2, float64 k1, float64 k2, "
+           "float64 step, float64 eps, float64 decay, float64 l2, int32 first, int32 use_l2, "
+           "int32 use_decay")
+ADAM_OUT = "T w_out, T m_out, T v_out"
+ADAM_OP = r"""
+typedef typename ember_adam_ct<T>::type C;
+const C wv = (C)w;
+C gv = (C)g;
+if (use_l2) gv = EMBER_RND(gv + EMBER_RND(wv * (C)l2));
+const C gg = EMBER_RND(gv * gv);
+C mv, vv;
+if (first) {
+  mv = EMBER_RND(gv * (C)k1);
+  vv = EMBER_RND(gg * (C)k2);
+} else {
+  mv = EMBER_RND(EMBER_RND((C)m * (C)beta1) + EMBER_RND(gv * (C)k1));
+  vv = EMBER_RND(EMBER_RND((C)v * (C)beta2) + EMBER_RND(gg * (C)k2));
+}
+const C den = EMBER_RND(EMBER_RND(sqrt(vv)) + (C)eps);
+const C upd = EMBER_RND(EMBER_RND(mv / den) * (C)step);
+const C wd = use_decay ? EMBER_RND(wv * (C)decay) : wv;
+w_out = (T)EMBER_RND(wd - upd);
+m_out = (T)mv;
+v_out = (T)vv;
+"""
+_F16 = np.dtype(np.float16)
+
+
+def _adam_scalar(x, scalar_type):
+    """``x`` rounded to the type a NumPy ufunc takes a Python float in, for tensors of the
+    dtype: the dtype itself (f16, f32, f64); f32 for bf16 (ml_dtypes computes bf16 ufuncs
+    with a Python scalar in f32)."""
+    return float(scalar_type(float(x)))
+
+
+def _adam_impl(cp, xp):
+    kernels = {}
+
+    def kernel(bf16):
+        k = kernels.get(bf16)
+        if k is None:
+            k = kernels[bf16] = cp.ElementwiseKernel(
+                ADAM_IN, ADAM_OUT, ADAM_OP,
+                "ember_adam_update_bf16" if bf16 else "ember_adam_update",
+                preamble=_ADAM_BF16 if bf16 else _ADAM_PLAIN, options=("--fmad=false",))
+        return k
+
+    def adam_update(w, g, m, v, *, beta1, beta2, k1, k2, step, eps, decay, l2, first):
+        bf16 = w.dtype == BF16
+        if bf16:   # computed in f32, rounded to bf16 per operation; outputs cast back
+            w, g, m, v = (a.astype(F32) for a in (w, g, m, v))
+        st = np.float32 if bf16 else w.dtype.type
+        l2, decay = float(l2), float(decay)
+        outs = kernel(bf16)(w, g, m, v, *[_adam_scalar(x, st) for x in (
+            beta1, beta2, k1, k2, step, eps, decay, l2)], int(bool(first)), int(l2 != 0.0),
+            int(decay != 1.0))
+        if bf16:
+            return tuple(o.astype(BF16) for o in outs)
+        return outs
+    return adam_update
+
+
 #: op name -> builder(cupy, xp) -> fn(*arrays, **attrs)
 CUDA_IMPLS = {
     "erf": _erf_impl,
     "matmul": _matmul_impl,
+    "adam_update": _adam_impl,
 }
 
 

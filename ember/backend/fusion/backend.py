@@ -7,6 +7,10 @@ creation, random ...) first materializes the inputs it needs and runs on the inn
 Reads (``to_numpy``, ``native``, DLPack), ``sync`` and a bound on the stream's length flush.
 Where a kernel cannot pay -- small tensors with ready inputs, mostly -- a fusable op runs at
 once on the inner backend too (``min_numel``; docs/fusion.md, "Small ops run at once").
+An op that declares a ``decompose`` (a fused primitive such as ``adam_update``) runs as that
+decomposition -- Tensor ops on this device, recorded and fused like any others -- when its
+output has at least ``min_numel`` elements (always, with ``min_numel=0``), and as the
+primitive on the inner backend below that.
 
 A reduction over several dims is recorded as one single-dim reduction per dim (innermost
 first, keeping dims), then a reshape and a cast; f16/bf16 sums and products accumulate in
@@ -37,6 +41,9 @@ _EW_CATEGORIES = frozenset({"unary", "binary", "cast", "other"})
 _VIEWS = frozenset({"reshape", "expand", "permute", "slice", "unfold"})
 _REDUCTIONS = frozenset({"sum", "prod", "max", "min"})
 _HALF = (dt.float16, dt.bfloat16)
+#: `_classify`'s kind of an op that Fusion runs as its ``decompose`` when large
+DECOMP = "decomp"
+_wrap = None   # ember.tensor.dispatch.wrap, imported on first use (the Tensor API sits above)
 
 
 #: below this many elements a fusable op with ready inputs runs on the inner backend (on 2^16
@@ -171,6 +178,8 @@ class Fusion(Backend):
                 k = VIEW
             elif op.category == "reduce" and op.name in _REDUCTIONS:
                 k = RED
+        if not k and op.decompose is not None:
+            k = DECOMP
         self._kinds[op] = k
         return k
 
@@ -197,12 +206,16 @@ class Fusion(Backend):
             _OPS[EAGER] += 1
             dev = device.inner
             return dev._execute(op, prims, attrs, meta, dev)
+        if kind is DECOMP:
+            return self._decomposed(op, prims, attrs, device)
         return self._record(op, kind, prims, None, attrs, meta, device)
 
     def _decide(self, op, shape) -> int:
-        """How ``op`` with ready inputs and output ``shape`` runs: `EAGER` (a small
-        elementwise op), `INNER` (an op fusion cannot hold), `VIEW_OP` (a view: the inner
-        backend's own), or 0 (`_record` decides)."""
+        """How ``op`` with ready inputs and output ``shape`` (``meta[0]``: for an op of
+        several outputs, the first one's (shape, dtype)) runs: `EAGER` (a small elementwise
+        op), `INNER` (an op fusion cannot hold, or a small one with a decomposition),
+        `VIEW_OP` (a view: the inner backend's own), or 0 (`_record` decides, or a large op
+        with a decomposition runs it)."""
         kind = self._kinds.get(op)
         if kind is None:
             kind = self._classify(op)
@@ -212,6 +225,8 @@ class Fusion(Backend):
             how = VIEW_OP
         elif kind is EW and self._is_small(shape):
             how = EAGER
+        elif kind is DECOMP:
+            how = INNER if self._is_small(shape if op.nout == 1 else shape[0]) else 0
         else:
             how = 0
         by_shape = self._how.get(op)
@@ -230,6 +245,10 @@ class Fusion(Backend):
             kind = self._classify(op)
         if not kind:
             return self._inner(op, prims, attrs, meta, device)
+        if kind is DECOMP:
+            if self._is_small(meta[0] if op.nout == 1 else meta[0][0]):
+                return self._inner(op, prims, attrs, meta, device)
+            return self._decomposed(op, prims, attrs, device)
         try:
             stream = self._local.stream
         except AttributeError:
@@ -401,6 +420,27 @@ class Fusion(Backend):
         prim = FusionPrim(cur)
         cur.ref = weakref.ref(prim)
         return prim
+
+    def _decomposed(self, op, prims, attrs, device):
+        """Run ``op`` as ``op.decompose``: Tensor ops on this device, which record and fuse
+        (a large fused primitive, ``adam_update``, becomes one generated kernel rather than
+        several NumPy passes on the inner backend)."""
+        global _wrap
+        if _wrap is None:
+            from ...tensor.dispatch import wrap as _wrap
+        ins = []
+        for p in prims:
+            if type(p) is FusionPrim:
+                n = p.node
+                ins.append(_wrap(p, device, n.shape, n.dtype))
+            elif hasattr(p, "shape") and hasattr(p, "dtype"):
+                ins.append(_wrap(p, device, tuple(p.shape), dt.from_numpy(p.dtype)))
+            else:
+                ins.append(p)             # a Python scalar
+        out = op.decompose(*ins, **attrs)
+        if op.nout == 1:
+            return out._prim
+        return tuple([t._prim for t in out])
 
     def _inner(self, op, prims, attrs, meta, device, eager=False):
         """Run ``op`` on the inner backend, materializing pending inputs (``eager``: a
