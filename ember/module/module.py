@@ -20,10 +20,14 @@ from ..tensor import Tensor
 from .param import Param
 
 _CONTAINERS = (list, tuple, dict)
+#: attribute values that never hold state: walks skip them without building their path
+_PLAIN = frozenset({int, float, str, bool, type(None), bytes})
 
 
 def _holds_state(v) -> bool:
     """Whether ``v`` is (or is a container holding) a Param or a Module."""
+    if type(v) in _PLAIN:
+        return False
     if isinstance(v, (Param, Module)):
         return True
     if isinstance(v, dict):
@@ -77,7 +81,7 @@ class _Transform:
         self.memo[key] = new
         d = new.__dict__
         for name, v in m.__dict__.items():
-            d[name] = self.value(v, _join(prefix, name))
+            d[name] = v if type(v) in _PLAIN else self.value(v, _join(prefix, name))
         if self.module_fn is not None:
             self.module_fn(new)
         return new
@@ -153,10 +157,13 @@ class Module:
         if out_modules is not None:
             out_modules.append((prefix, self))
         for name, v in self.__dict__.items():
-            self._walk_value(v, _join(prefix, name), seen, out_params, out_modules)
+            if type(v) not in _PLAIN:
+                self._walk_value(v, _join(prefix, name), seen, out_params, out_modules)
 
     @staticmethod
     def _walk_value(v, path, seen, out_params, out_modules):
+        if type(v) in _PLAIN:
+            return
         if isinstance(v, Param):
             if id(v) not in seen:
                 seen.add(id(v))
