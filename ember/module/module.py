@@ -31,9 +31,12 @@ def _holds_state(v) -> bool:
     if isinstance(v, (Param, Module)):
         return True
     if isinstance(v, dict):
-        return any(_holds_state(x) for x in v.values())
-    if isinstance(v, (list, tuple)):
-        return any(_holds_state(x) for x in v)
+        v = v.values()
+    elif not isinstance(v, (list, tuple)):
+        return False
+    for x in v:                 # (a loop, not any(genexpr): tuples of ints are common)
+        if type(x) not in _PLAIN and _holds_state(x):
+            return True
     return False
 
 
