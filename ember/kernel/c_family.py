@@ -170,9 +170,14 @@ class Dialect:
             return f"(({c})({UNSIGNED[d]})(~({WIDE[d]}){x}))"
         raise TypeError(f"render: unary {op} of an int operand ({d.short})")
 
-    def fma_code(self, a: str, b: str, c: str, d: dt.DType) -> str:
-        """``a * b + c`` rounded once (``d``: f32, the only dtype `ir.Fma` takes)."""
-        return f"{self.math_fn('fma', d)}({a}, {b}, {c})"
+    def fma_code(self, e: ir.Fma, a: str, b: str, c: str) -> str:
+        """``a * b + c`` rounded once, for node ``e`` whose operands rendered as ``a``,
+        ``b``, ``c`` (f32 only, as `ir.fma` builds them)."""
+        cd = ir.compute_dtype
+        if not (cd(e.dtype) is cd(e.a.dtype) is cd(e.b.dtype) is cd(e.c.dtype) is dt.float32):
+            raise TypeError(f"render: fma of {e.a.dtype.short}, {e.b.dtype.short}, "
+                            f"{e.c.dtype.short} typed {e.dtype.short} (f32 only)")
+        return f"{self.math_fn('fma', dt.float32)}({a}, {b}, {c})"
 
     def binary_code(self, op: str, a: str, b: str, d: dt.DType) -> str:
         """``d``: the operands' compute dtype. Ints wrap; int division and remainder by

@@ -390,11 +390,7 @@ class _Scope:
                 raise TypeError("render: select branches differ from its dtype")
             return self._bind(f"({cond} ? {v(e.a)} : {v(e.b)})", e.dtype)
         if isinstance(e, ir.Fma):
-            d = _cd(e.dtype)
-            if not (d is _cd(e.a.dtype) is _cd(e.b.dtype) is _cd(e.c.dtype) is dt.float32):
-                raise TypeError(f"render: fma of {e.a.dtype.short}, {e.b.dtype.short}, "
-                                f"{e.c.dtype.short} typed {e.dtype.short} (f32 only)")
-            return self._bind(_DIALECT.fma_code(v(e.a), v(e.b), v(e.c), d), e.dtype)
+            return self._bind(_DIALECT.fma_code(e, v(e.a), v(e.b), v(e.c)), e.dtype)
         if isinstance(e, ir.Cast):
             return self._bind(_cast_code(v(e.x), e.x.dtype, e.dtype), e.dtype)
         if isinstance(e, ir.Bitcast):
