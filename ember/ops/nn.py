@@ -109,6 +109,8 @@ def _im2col(x, kernel, stride, padding, dilation, groups, nd, xp=np):
     n, c = x.shape[:2]
     size = x.shape[2:]
     cg = c // groups
+    if cg * kernel[-1] < 8 and stride[-1] == 1:
+        return _im2col_by_position(x, kernel, stride, padding, dilation, groups, nd, xp)
     xl = x.transpose((0,) + tuple(range(2, 2 + nd)) + (1,))
     if any(padding):
         xpad = xp.zeros((n,) + tuple(s_ + 2 * p for s_, p in zip(size, padding)) + (c,),
@@ -128,6 +130,35 @@ def _im2col(x, kernel, stride, padding, dilation, groups, nd, xp=np):
     for k in kernel:
         kp *= k
     return xp.ascontiguousarray(win).reshape(groups, n * p, kp * cg), osz
+
+
+def _im2col_by_position(x, kernel, stride, padding, dilation, groups, nd, xp=np):
+    """`_im2col`'s columns built as ``[groups, K*Cg, N*P]`` (output positions innermost) and
+    returned transposed, a view of the same shape and values: for few channels per group
+    (a first conv layer), where runs of kernel-width * channels are too short to copy fast
+    and a row of output positions is a contiguous run of the input (stride 1)."""
+    n, c = x.shape[:2]
+    size = x.shape[2:]
+    cg = c // groups
+    xl = x.transpose((1, 0) + tuple(range(2, 2 + nd)))                 # [C, N, *S]
+    if any(padding):
+        xpad = xp.zeros((c, n) + tuple(s_ + 2 * p for s_, p in zip(size, padding)), x.dtype)
+        xpad[(slice(None), slice(None)) + tuple(slice(p, p + s_) for p, s_ in
+                                                zip(padding, size))] = xl
+        xl = xpad
+    osz = tuple(conv_out_size("conv", s_, k, st, p, d) for s_, k, st, p, d in
+                zip(size, kernel, stride, padding, dilation))
+    st = xl.strides
+    win = as_strided(xl, (groups,) + tuple(kernel) + (cg, n) + osz,
+                     (cg * st[0],) + tuple(st[2 + i] * dilation[i] for i in range(nd))
+                     + (st[0], st[1]) + tuple(st[2 + i] * stride[i] for i in range(nd)), xp)
+    p = 1
+    for o in osz:
+        p *= o
+    kp = 1
+    for k in kernel:
+        kp *= k
+    return xp.ascontiguousarray(win).reshape(groups, kp * cg, n * p).transpose(0, 2, 1), osz
 
 
 def _w_cols(w, groups, nd, xp=np):
