@@ -605,16 +605,27 @@ def _max_pool_idx_np(nd):
     return max_pool_with_indices
 
 
-def _max_pool_backward_np(g, indices, input_size, *, xp=np):
+def _max_pool_backward_np(g, indices, input_size, disjoint=False, *, xp=np):
     n, c = g.shape[:2]
     plane = 1
     for s_ in input_size:
         plane *= s_
-    # scatter-add in f64 (bincount converts the weights), in [N, C, *out] order
     base = xp.arange(0, n * c * plane, plane, dtype=np.int64).reshape(
         (n, c) + (1,) * (g.ndim - 2))
-    out = weighted_bincount((indices + base).reshape(-1), g.reshape(-1), n * c * plane, xp)
+    flat = (indices + base).reshape(-1)
+    if disjoint:
+        # windows that do not overlap: each input position gets at most one gradient
+        out = xp.zeros(n * c * plane, g.dtype)
+        out[flat] = g.reshape(-1)
+        return out.reshape((n, c) + tuple(input_size))
+    # scatter-add in f64 (bincount converts the weights), in [N, C, *out] order
+    out = weighted_bincount(flat, g.reshape(-1), n * c * plane, xp)
     return out.reshape((n, c) + tuple(input_size)).astype(g.dtype, copy=False)
+
+
+def _disjoint_windows(kernel, stride, dilation) -> bool:
+    """Whether pooling windows never overlap (each stride at least the window's extent)."""
+    return all(s >= d * (k - 1) + 1 for k, s, d in zip(kernel, stride, dilation))
 
 
 def _declare_max_pool(nd):
@@ -631,7 +642,7 @@ def _declare_max_pool(nd):
         osz = _pool_check(iname, x, nd, kernel, stride, padding, dilation, ceil_mode)
         return [(x._shape[:2] + osz, x._dtype), (x._shape[:2] + osz, dt.int64)]
 
-    def infer_bwd(g, indices, input_size):
+    def infer_bwd(g, indices, input_size, disjoint=False):
         _check_input(bname, g, nd, "output gradient")
         if indices._shape != g._shape:
             raise ShapeError(f"{bname}: indices {indices._shape} must have the output "
@@ -643,12 +654,16 @@ def _declare_max_pool(nd):
     def vjp(g, i, o, **attrs):
         x = i[0]
         idx = _run(ops["i"], (x,), **attrs)[1]
-        return (_run(ops["b"], (g, idx), input_size=x._shape[2:]),)
+        return (_run(ops["b"], (g, idx), input_size=x._shape[2:],
+                     disjoint=_disjoint_windows(attrs["kernel"], attrs["stride"],
+                                                attrs["dilation"])),)
 
     def vjp_idx(g, i, o, **attrs):
-        return (_run(ops["b"], (g, o[1]), input_size=i[0]._shape[2:]),)
+        return (_run(ops["b"], (g, o[1]), input_size=i[0]._shape[2:],
+                     disjoint=_disjoint_windows(attrs["kernel"], attrs["stride"],
+                                                attrs["dilation"])),)
 
-    def vjp_bwd(gg, i, o, input_size):
+    def vjp_bwd(gg, i, o, input_size, disjoint=False):
         g, idx = i
         n, c = g._shape[:2]
         picked = api.gather(gg.reshape(n, c, -1), 2, idx.reshape(n, c, -1))
@@ -660,9 +675,10 @@ def _declare_max_pool(nd):
                        numpy=_max_pool_idx_np(nd), vjp=vjp_idx, nout=2,
                        doc=f"{nd}-d max pooling and the argmax of each window as a flat "
                            f"position in its input plane (i64)")
-    ops["b"] = declare(bname, "pool", nin=2, attrs=("input_size",), infer=infer_bwd,
-                       numpy=_max_pool_backward_np, vjp=vjp_bwd,
-                       doc=f"the input gradient of {name}: scatter-add to the argmax indices")
+    ops["b"] = declare(bname, "pool", nin=2, attrs=("input_size", "disjoint"),
+                       infer=infer_bwd, numpy=_max_pool_backward_np, vjp=vjp_bwd,
+                       doc=f"the input gradient of {name}: scatter-add to the argmax indices "
+                           f"(``disjoint``: the windows do not overlap, a plain scatter)")
     return ops["m"], ops["i"], ops["b"]
 
 

@@ -370,6 +370,25 @@ for nd, size, gshape in ((2, (4, 5), (2, 3, 2, 3)), (1, (7,), (2, 3, 4))):
         inputs=(Input(), _pool_index(size)))
 
 
+def _distinct_pool_index(size):
+    """Positions that differ within each plane (non-overlapping windows give such)."""
+    def gen(rng, shape):
+        n, c = shape[:2]
+        k = int(np.prod(shape[2:]))
+        picks = [rng.choice(int(np.prod(size)), k, replace=False) for _ in range(n * c)]
+        return np.array(picks, np.int64).reshape(shape)
+    return Input(gen, dtype="i64", differentiable=False)
+
+
+for nd, size, gshape in ((2, (4, 5), (2, 3, 2, 3)), (1, (7,), (2, 3, 4))):
+    name = f"max_pool{nd}d_backward"
+    add(f"{name}_disjoint", name,
+        lambda g, i, size=size, name=name: P(name, g, i, input_size=size, disjoint=True),
+        lambda g, i, size=size: naive_scatter(g, i, size),
+        [(gshape, gshape), ((1, 1) + gshape[2:], (1, 1) + gshape[2:])],
+        inputs=(Input(), _distinct_pool_index(size)), layouts=False)
+
+
 # -- average pooling ------------------------------------------------------------------------
 AVGPOOL2D = [
     ("k2", {"kernel_size": 2}, [((1, 2, 4, 4),), ((1, 1, 5, 7),), ((2, 3, 5, 7),),
