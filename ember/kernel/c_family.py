@@ -3,7 +3,8 @@
 Both targets are C: the same types, integer wrapping, literals and operator spellings render
 an IR expression. What differs is small and named by a `Dialect`: how NaN and infinity are
 spelled, and how a libm function is called (``__builtin_sqrtf`` for GCC, ``sqrtf`` for
-NVRTC). Each renderer keeps only what is its own (loads, stores, half-precision storage,
+NVRTC). `ScopeBase` renders an expression DAG statement by statement and `Src` collects the
+lines; each renderer keeps only what is its own (loads, stores, half-precision storage,
 loops and reductions).
 """
 from __future__ import annotations
@@ -227,3 +228,148 @@ class Dialect:
                         f"({a} < 0 ? ({c})-1 : ({c})0))")
             return f"({cnt} < {bits}u ? ({c})({a} >> {cnt}) : ({c})0)"
         raise ValueError(f"render: unknown binary op {op!r}; valid: {sorted(ir.BINARY_OPS)}")
+
+
+class Src:
+    """Lines of generated source, indented by the blocks open around them."""
+
+    def __init__(self):
+        self.lines: list = []
+        self.ind = 0
+
+    def __call__(self, *lines):
+        for ln in lines:
+            self.lines.append("  " * self.ind + ln)
+
+    def open(self, line):
+        self(line + " {")
+        self.ind += 1
+
+    def close(self, tail=""):
+        self.ind -= 1
+        self("}" + tail)
+
+
+class ScopeBase:
+    """Emits statements evaluating expressions at one loop position, each node once, bound
+    to a ``const`` temporary.
+
+    ``load(buffer)`` gives the element expression of an input at the position (its storage
+    type), ``index(dim)`` the int64 position along an iteration dim, ``acc`` the reduced
+    value. A renderer's subclass names its `Dialect` and its load and cast code, and may
+    render a select or a binary operator its own way."""
+
+    #: the renderer's `Dialect`
+    dialect: Dialect
+
+    def __init__(self, gen, views, load, index, acc=None, acc_dtype=None):
+        self.g = gen
+        self.views = views
+        self.load = load
+        self.index = index
+        self.acc = acc
+        self.acc_dtype = acc_dtype
+        self.lines: list = []
+        self.memo: dict = {}     # id(node) -> code
+        self.keep: list = []
+
+    # -- the renderer's hooks -------------------------------------------------------------
+    def load_code(self, elem: str, d: dt.DType) -> str:
+        """Code turning input element ``elem`` (storage type of ``d``) into a value of
+        ``d`` carried in its compute type."""
+        raise NotImplementedError
+
+    def cast_code(self, x: str, src: dt.DType, dst: dt.DType) -> str:
+        """Code converting value ``x`` of dtype ``src`` to a value of dtype ``dst``."""
+        raise NotImplementedError
+
+    def binary_code(self, op: str, a: str, b: str, d: dt.DType) -> str:
+        """``d``: the operands' compute dtype."""
+        return self.dialect.binary_code(op, a, b, d)
+
+    def select_code(self, e: ir.Select, cond: str, a: str, b: str) -> str:
+        """Code of select ``e`` whose (uint8 truth) condition and branches rendered as
+        ``cond``, ``a``, ``b``."""
+        return f"({cond} ? {a} : {b})"
+
+    # -- expressions ----------------------------------------------------------------------
+    def value(self, e: ir.Expr) -> str:
+        memo = self.memo
+        stack = [(e, False)]
+        while stack:
+            node, done = stack.pop()
+            if id(node) in memo:
+                continue
+            if done:
+                memo[id(node)] = self._node(node)
+                self.keep.append(node)
+                continue
+            stack.append((node, True))
+            for ch in ir.children(node):
+                if id(ch) not in memo:
+                    stack.append((ch, False))
+        return memo[id(e)]
+
+    def _bind(self, code: str, d: dt.DType) -> str:
+        t = self.g.tmp()
+        self.lines.append(f"const {C_TYPE[ir.compute_dtype(d)]} {t} = {code};")
+        return t
+
+    def _node(self, e) -> str:
+        v = lambda n: self.memo[id(n)]   # noqa: E731
+        cd = ir.compute_dtype
+        if isinstance(e, ir.Const):
+            return self.dialect.lit(e.value, e.dtype)
+        if isinstance(e, ir.Arg):
+            if not 0 <= e.index < self.g.n_args:
+                raise ValueError(f"render: Arg({e.index}) but the kernel declares "
+                                 f"{self.g.n_args} args")
+            return f"arg{e.index}"
+        if isinstance(e, ir.Load):
+            if not 0 <= e.buffer < len(self.views):
+                raise ValueError(f"render: Load({e.buffer}) but the kernel has "
+                                 f"{len(self.views)} inputs")
+            if self.views[e.buffer].dtype is not e.dtype:
+                raise TypeError(f"render: Load({e.buffer}) of dtype {e.dtype.short} from a "
+                                f"view of dtype {self.views[e.buffer].dtype.short}")
+            return self._bind(self.load_code(self.load(e.buffer), e.dtype), e.dtype)
+        if isinstance(e, ir.Index):
+            return self._bind(self.cast_code(self.index(e.dim), dt.int64, e.dtype), e.dtype)
+        if isinstance(e, ir.Acc):
+            if self.acc is None:
+                raise ValueError("render: Acc outside a reduction's epilogue")
+            return self._bind(self.cast_code(self.acc, self.acc_dtype, e.dtype), e.dtype)
+        if isinstance(e, ir.Unary):
+            if e.op not in ir.UNARY_OPS:
+                raise ValueError(f"render: unknown unary op {e.op!r}")
+            xd = cd(e.x.dtype)
+            want = dt.bool_ if e.op == "lnot" else xd
+            if cd(e.dtype) is not want:
+                raise TypeError(f"render: unary {e.op} of {xd.short} typed {e.dtype.short}")
+            return self._bind(self.dialect.unary_code(e.op, v(e.x), xd), e.dtype)
+        if isinstance(e, ir.Binary):
+            ad, bd = cd(e.a.dtype), cd(e.b.dtype)
+            if ad is not bd:
+                raise TypeError(f"render: binary {e.op} of {ad.short} and {bd.short} operands "
+                                f"(operands share a dtype; add a Cast)")
+            want = dt.bool_ if e.op in CMP else ad
+            if cd(e.dtype) is not want:
+                raise TypeError(f"render: binary {e.op} of {ad.short} typed {e.dtype.short}")
+            return self._bind(self.binary_code(e.op, v(e.a), v(e.b), ad), e.dtype)
+        if isinstance(e, ir.Select):
+            cond = v(e.cond) if cd(e.cond.dtype) is dt.bool_ else \
+                f"((uint8_t)({v(e.cond)} != 0))"
+            vd = cd(e.dtype)
+            if cd(e.a.dtype) is not vd or cd(e.b.dtype) is not vd:
+                raise TypeError("render: select branches differ from its dtype")
+            return self._bind(self.select_code(e, cond, v(e.a), v(e.b)), e.dtype)
+        if isinstance(e, ir.Fma):
+            return self._bind(self.dialect.fma_code(e, v(e.a), v(e.b), v(e.c)), e.dtype)
+        if isinstance(e, ir.Cast):
+            return self._bind(self.cast_code(v(e.x), e.x.dtype, e.dtype), e.dtype)
+        if isinstance(e, ir.Bitcast):
+            if e.x.dtype.itemsize != e.dtype.itemsize:
+                raise TypeError(f"render: bitcast {e.x.dtype.short} -> {e.dtype.short}")
+            name = self.g.bitcast_helper(e.x.dtype, e.dtype)
+            return self._bind(f"{name}({v(e.x)})", e.dtype)
+        raise TypeError(f"render: unknown expression node {type(e).__name__}")

@@ -60,8 +60,8 @@ from dataclasses import dataclass
 
 from ... import dtype as dt
 from .. import ir
-from ..c_family import (C_TYPE, CMP, LOW, SIZE, UNSIGNED, WIDE, Dialect, contig, loads_of,
-                        prod, uses_index)
+from ..c_family import (C_TYPE, LOW, SIZE, UNSIGNED, WIDE, Dialect, ScopeBase, Src, contig,
+                        loads_of, prod, uses_index)
 
 __all__ = ["Options", "Launch", "Rendered", "render", "fits_idx32", "default_vec"]
 
@@ -304,120 +304,12 @@ def _storage(d: dt.DType) -> str:
     return "uint16_t" if d in LOW else C_TYPE[d]
 
 
-class _Scope:
-    """Emits statements evaluating expressions at one position. ``load(buffer)`` gives the
-    element expression of an input there (its storage type), ``index(dim)`` the int64
-    position along an iteration dim, ``acc`` the reduced value."""
+class _Scope(ScopeBase):
+    """Emits CUDA C statements evaluating expressions at one position (see `ScopeBase`)."""
 
-    def __init__(self, gen: _Gen, views, load, index, acc=None, acc_dtype=None):
-        self.g = gen
-        self.views = views
-        self.load = load
-        self.index = index
-        self.acc = acc
-        self.acc_dtype = acc_dtype
-        self.lines: list = []
-        self.memo: dict = {}
-        self.keep: list = []
-
-    def value(self, e: ir.Expr) -> str:
-        memo = self.memo
-        stack = [(e, False)]
-        while stack:
-            node, done = stack.pop()
-            if id(node) in memo:
-                continue
-            if done:
-                memo[id(node)] = self._node(node)
-                self.keep.append(node)
-                continue
-            stack.append((node, True))
-            for ch in ir.children(node):
-                if id(ch) not in memo:
-                    stack.append((ch, False))
-        return memo[id(e)]
-
-    def _bind(self, code: str, d: dt.DType) -> str:
-        t = self.g.tmp()
-        self.lines.append(f"const {C_TYPE[_cd(d)]} {t} = {code};")
-        return t
-
-    def _node(self, e) -> str:
-        v = lambda n: self.memo[id(n)]   # noqa: E731
-        if isinstance(e, ir.Const):
-            return _DIALECT.lit(e.value, e.dtype)
-        if isinstance(e, ir.Arg):
-            if not 0 <= e.index < self.g.n_args:
-                raise ValueError(f"render: Arg({e.index}) but the kernel declares "
-                                 f"{self.g.n_args} args")
-            return f"arg{e.index}"
-        if isinstance(e, ir.Load):
-            if not 0 <= e.buffer < len(self.views):
-                raise ValueError(f"render: Load({e.buffer}) but the kernel has "
-                                 f"{len(self.views)} inputs")
-            if self.views[e.buffer].dtype is not e.dtype:
-                raise TypeError(f"render: Load({e.buffer}) of dtype {e.dtype.short} from a "
-                                f"view of dtype {self.views[e.buffer].dtype.short}")
-            return self._bind(_load_code(self.load(e.buffer), e.dtype), e.dtype)
-        if isinstance(e, ir.Index):
-            return self._bind(_cast_code(self.index(e.dim), dt.int64, e.dtype), e.dtype)
-        if isinstance(e, ir.Acc):
-            if self.acc is None:
-                raise ValueError("render: Acc outside a reduction's epilogue")
-            return self._bind(_cast_code(self.acc, self.acc_dtype, e.dtype), e.dtype)
-        if isinstance(e, ir.Unary):
-            if e.op not in ir.UNARY_OPS:
-                raise ValueError(f"render: unknown unary op {e.op!r}")
-            xd = _cd(e.x.dtype)
-            want = dt.bool_ if e.op == "lnot" else xd
-            if _cd(e.dtype) is not want:
-                raise TypeError(f"render: unary {e.op} of {xd.short} typed {e.dtype.short}")
-            return self._bind(_DIALECT.unary_code(e.op, v(e.x), xd), e.dtype)
-        if isinstance(e, ir.Binary):
-            ad, bd = _cd(e.a.dtype), _cd(e.b.dtype)
-            if ad is not bd:
-                raise TypeError(f"render: binary {e.op} of {ad.short} and {bd.short} operands "
-                                f"(operands share a dtype; add a Cast)")
-            want = dt.bool_ if e.op in CMP else ad
-            if _cd(e.dtype) is not want:
-                raise TypeError(f"render: binary {e.op} of {ad.short} typed {e.dtype.short}")
-            return self._bind(_DIALECT.binary_code(e.op, v(e.a), v(e.b), ad), e.dtype)
-        if isinstance(e, ir.Select):
-            cond = v(e.cond) if _cd(e.cond.dtype) is dt.bool_ else \
-                f"((uint8_t)({v(e.cond)} != 0))"
-            vd = _cd(e.dtype)
-            if _cd(e.a.dtype) is not vd or _cd(e.b.dtype) is not vd:
-                raise TypeError("render: select branches differ from its dtype")
-            return self._bind(f"({cond} ? {v(e.a)} : {v(e.b)})", e.dtype)
-        if isinstance(e, ir.Fma):
-            return self._bind(_DIALECT.fma_code(e, v(e.a), v(e.b), v(e.c)), e.dtype)
-        if isinstance(e, ir.Cast):
-            return self._bind(_cast_code(v(e.x), e.x.dtype, e.dtype), e.dtype)
-        if isinstance(e, ir.Bitcast):
-            if e.x.dtype.itemsize != e.dtype.itemsize:
-                raise TypeError(f"render: bitcast {e.x.dtype.short} -> {e.dtype.short}")
-            name = self.g.bitcast_helper(e.x.dtype, e.dtype)
-            return self._bind(f"{name}({v(e.x)})", e.dtype)
-        raise TypeError(f"render: unknown expression node {type(e).__name__}")
-
-
-# -- source building ------------------------------------------------------------------------
-class _Src:
-    def __init__(self):
-        self.lines: list = []
-        self.ind = 0
-
-    def __call__(self, *lines):
-        for ln in lines:
-            self.lines.append("  " * self.ind + ln)
-
-    def open(self, line):
-        self(line + " {")
-        self.ind += 1
-
-    def close(self, tail=""):
-        self.ind -= 1
-        self("}" + tail)
+    dialect = _DIALECT
+    load_code = staticmethod(_load_code)
+    cast_code = staticmethod(_cast_code)
 
 
 def _collapse(sizes, strides, merge: bool):
@@ -524,7 +416,7 @@ def _render_elementwise(k: ir.Elementwise, gen: _Gen, I: str, opts: Options) -> 
     D = len(sizes)
     last = D - 1
     block = opts.block or 256
-    src = _Src()
+    src = Src()
     n_out = len(k.exprs)
     # the vector width: a power of two; N-d kernels need it to divide the last dim
     vec = opts.vec or default_vec(k)
@@ -736,7 +628,7 @@ def _render_reduce(k: ir.Reduce, gen: _Gen, I: str, opts: Options) -> tuple:
     C = -(-R // (by if col else tpr)) if R else 0
     cached = bool(cache_bufs) and not split and 0 < C <= CACHE
     mode = ("column" if col else "row") + ("+split" if split else "")
-    src = _Src()
+    src = Src()
 
     def header(name, blk):
         src.open(f'extern "C" __global__ void __launch_bounds__({blk}) '
