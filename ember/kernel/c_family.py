@@ -230,6 +230,59 @@ class Dialect:
         raise ValueError(f"render: unknown binary op {op!r}; valid: {sorted(ir.BINARY_OPS)}")
 
 
+# -- value conversions ----------------------------------------------------------------------
+def cast_code(x: str, src: dt.DType, dst: dt.DType, f2i32: str | None = None) -> str:
+    """Code converting value ``x`` (carried in src's compute type, a value of dtype ``src``)
+    to a value of dtype ``dst`` (carried in dst's compute type). ``f2i32``: a helper taking
+    an f32 to the low 32 bits of its saturated int64 (C's vectorizable shortcut to the
+    narrower ints), if the target has one."""
+    cs, cdst = ir.compute_dtype(src), ir.compute_dtype(dst)
+    if src is dst or (cs is cdst and dst not in LOW):
+        return x
+    if dst.is_bool:
+        return f"((uint8_t)({x} != 0))"
+    if src.is_bool:
+        return f"(({C_TYPE[cdst]}){x})"
+    if dst is dt.float16:
+        if cs is dt.float32:
+            return f"ember_h2f(ember_f2h({x}))"
+        return f"ember_h2f(ember_d2h((double){x}))"
+    if dst is dt.bfloat16:
+        return f"ember_bf2f(ember_f2bf((float){x}))"
+    if dst.is_float:
+        return f"(({C_TYPE[dst]}){x})"
+    if cs.is_float:                       # -> int: through the saturated int64
+        if f2i32 and cs is dt.float32 and dst is not dt.int64:
+            return f"(({C_TYPE[dst]})({UNSIGNED[dst]}){f2i32}({x}))"
+        f = "ember_f2i64" if cs is dt.float32 else "ember_d2i64"
+        if dst is dt.int64:
+            return f"{f}({x})"
+        return f"(({C_TYPE[dst]})({UNSIGNED[dst]}){f}({x}))"
+    return f"(({C_TYPE[dst]})({UNSIGNED[dst]}){x})"
+
+
+def store_code(x: str, src: dt.DType, out: dt.DType, f2i32: str | None = None) -> str:
+    """Code converting value ``x`` (of dtype ``src``) to ``out``'s storage type."""
+    cs = ir.compute_dtype(src)
+    if out is dt.float16:
+        return f"ember_f2h({x})" if cs is dt.float32 else f"ember_d2h((double){x})"
+    if out is dt.bfloat16:
+        return f"ember_f2bf({x})" if cs is dt.float32 else f"ember_f2bf((float){x})"
+    return cast_code(x, src, out, f2i32)
+
+
+def load_code(elem: str, d: dt.DType) -> str:
+    """Code turning input element ``elem`` (``d``'s storage type) into a value of ``d``
+    carried in its compute type."""
+    if d is dt.float16:
+        return f"ember_h2f({elem})"
+    if d is dt.bfloat16:
+        return f"ember_bf2f({elem})"
+    if d.is_bool:
+        return f"((uint8_t)({elem} != 0))"
+    return elem
+
+
 class Src:
     """Lines of generated source, indented by the blocks open around them."""
 

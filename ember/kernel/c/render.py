@@ -61,8 +61,10 @@ from dataclasses import dataclass
 
 from ... import dtype as dt
 from .. import ir
-from ..c_family import (C_TYPE, CMP, LOW, SIZE, UNSIGNED, WIDE, Dialect, ScopeBase, Src,
+from ..c_family import (C_TYPE, CMP, SIZE, UNSIGNED, WIDE, Dialect, ScopeBase, Src,
+                        cast_code, store_code,
                         contig, loads_of, nodes, prod, uses_index)
+from ..c_family import load_code as _load_code
 
 __all__ = ["Options", "Rendered", "render", "fits_idx32"]
 
@@ -325,55 +327,7 @@ class _Gen:
         return name
 
 
-def _cast_code(x: str, src: dt.DType, dst: dt.DType) -> str:
-    """C code converting value ``x`` (carried in src's compute type, a value of dtype
-    ``src``) to a value of dtype ``dst`` (carried in dst's compute type)."""
-    cs, cdst = _cd(src), _cd(dst)
-    if src is dst or (cs is cdst and dst not in LOW):
-        return x
-    if dst.is_bool:
-        return f"((uint8_t)({x} != 0))"
-    if src.is_bool:
-        return f"(({C_TYPE[cdst]}){x})"
-    if dst is dt.float16:
-        if cs is dt.float32:
-            return f"ember_h2f(ember_f2h({x}))"
-        return f"ember_h2f(ember_d2h((double){x}))"
-    if dst is dt.bfloat16:
-        return f"ember_bf2f(ember_f2bf((float){x}))"
-    if dst.is_float:
-        return f"(({C_TYPE[dst]}){x})"
-    # -> int
-    if cs.is_float:
-        if cs is dt.float32 and dst is not dt.int64:
-            return f"(({C_TYPE[dst]})({UNSIGNED[dst]})ember_f2i32w({x}))"
-        f = "ember_f2i64" if cs is dt.float32 else "ember_d2i64"
-        if dst is dt.int64:
-            return f"{f}({x})"
-        return f"(({C_TYPE[dst]})({UNSIGNED[dst]}){f}({x}))"
-    return f"(({C_TYPE[dst]})({UNSIGNED[dst]}){x})"
 
-
-def _store_code(x: str, src: dt.DType, out: dt.DType) -> str:
-    """C code converting value ``x`` (of dtype ``src``) to ``out``'s storage type."""
-    cs = _cd(src)
-    if out is dt.float16:
-        if cs is dt.float32:
-            return f"ember_f2h({x})"
-        return f"ember_d2h((double){x})"
-    if out is dt.bfloat16:
-        return f"ember_f2bf((float){x})" if cs is not dt.float32 else f"ember_f2bf({x})"
-    return _cast_code(x, src, out)
-
-
-def _load_code(ptr_elem: str, d: dt.DType) -> str:
-    if d is dt.float16:
-        return f"ember_h2f({ptr_elem})"
-    if d is dt.bfloat16:
-        return f"ember_bf2f({ptr_elem})"
-    if d.is_bool:
-        return f"((uint8_t)({ptr_elem} != 0))"
-    return ptr_elem
 
 
 def _storage_c(d: dt.DType) -> str:
@@ -392,6 +346,15 @@ def _binary_code(op: str, a: str, b: str, d: dt.DType, masked: bool = False) -> 
         rel = ">" if op == "max" else "<"
         return f"{fn}((uint8_t)(({a} {rel} {b}) | ({a} != {a})), {a}, {b})"
     return _DIALECT.binary_code(op, a, b, d)
+
+
+# value conversions: c_family's, with C's vectorizable f32 -> int32 shortcut
+def _cast_code(x: str, src: dt.DType, dst: dt.DType) -> str:
+    return cast_code(x, src, dst, "ember_f2i32w")
+
+
+def _store_code(x: str, src: dt.DType, out: dt.DType) -> str:
+    return store_code(x, src, out, "ember_f2i32w")
 
 
 class _Scope(ScopeBase):

@@ -62,6 +62,9 @@ from ... import dtype as dt
 from .. import ir
 from ..c_family import (C_TYPE, LOW, SIZE, UNSIGNED, WIDE, Dialect, ScopeBase, Src, contig,
                         loads_of, prod, uses_index)
+from ..c_family import cast_code as _cast_code
+from ..c_family import load_code as _load_code
+from ..c_family import store_code as _store_code
 
 __all__ = ["Options", "Launch", "Rendered", "render", "fits_idx32", "default_vec"]
 
@@ -254,50 +257,7 @@ class _Gen:
         return name
 
 
-def _cast_code(x: str, src: dt.DType, dst: dt.DType) -> str:
-    """CUDA code converting value ``x`` (carried in src's compute type, a value of dtype
-    ``src``) to a value of dtype ``dst`` (carried in dst's compute type)."""
-    cs, cdst = _cd(src), _cd(dst)
-    if src is dst or (cs is cdst and dst not in LOW):
-        return x
-    if dst.is_bool:
-        return f"((uint8_t)({x} != 0))"
-    if src.is_bool:
-        return f"(({C_TYPE[cdst]}){x})"
-    if dst is dt.float16:
-        if cs is dt.float32:
-            return f"ember_h2f(ember_f2h({x}))"
-        return f"ember_h2f(ember_d2h((double){x}))"
-    if dst is dt.bfloat16:
-        return f"ember_bf2f(ember_f2bf((float){x}))"
-    if dst.is_float:
-        return f"(({C_TYPE[dst]}){x})"
-    if cs.is_float:                       # -> int: through the saturated int64
-        f = "ember_f2i64" if cs is dt.float32 else "ember_d2i64"
-        if dst is dt.int64:
-            return f"{f}({x})"
-        return f"(({C_TYPE[dst]})({UNSIGNED[dst]}){f}({x}))"
-    return f"(({C_TYPE[dst]})({UNSIGNED[dst]}){x})"
 
-
-def _store_code(x: str, src: dt.DType, out: dt.DType) -> str:
-    """Code converting value ``x`` (of dtype ``src``) to ``out``'s storage type."""
-    cs = _cd(src)
-    if out is dt.float16:
-        return f"ember_f2h({x})" if cs is dt.float32 else f"ember_d2h((double){x})"
-    if out is dt.bfloat16:
-        return f"ember_f2bf({x})" if cs is dt.float32 else f"ember_f2bf((float){x})"
-    return _cast_code(x, src, out)
-
-
-def _load_code(elem: str, d: dt.DType) -> str:
-    if d is dt.float16:
-        return f"ember_h2f({elem})"
-    if d is dt.bfloat16:
-        return f"ember_bf2f({elem})"
-    if d.is_bool:
-        return f"((uint8_t)({elem} != 0))"
-    return elem
 
 
 def _storage(d: dt.DType) -> str:
