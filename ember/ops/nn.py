@@ -23,7 +23,7 @@ import functools
 import numpy as np
 
 from .. import dtype as dt
-from ..errors import IndexError_, ShapeError
+from ..errors import DTypeError, IndexError_, ShapeError
 from ._api import api
 from ._xp import add_at, as_strided, device_array, value_range, weighted_bincount
 from .registry import declare
@@ -1184,3 +1184,224 @@ CROSS_ENTROPY_ROWS_BACKWARD = declare(
     infer=_ce_bwd_infer, numpy=_ce_bwd_numpy, vjp=_ce_bwd_vjp, vjp_needs=True,
     doc="the logits' gradient of cross_entropy_rows: g * (softmax(row) - onehot(target)), "
         "0 on ignored rows")
+
+
+# -- softmax and log_softmax along a dim ----------------------------------------------------
+# One primitive each way for what the Tensor API's composite spelled as about seven ops
+# forward and a dozen backward (max, subtract, exp, sum, divide or log, casts): on small
+# tensors each of those costs more in dispatch than in arithmetic. The backward primitives
+# take the forward's *output* (``softmax_backward(g, out)``, ``log_softmax_backward(g, out)``)
+# and have derivatives of their own, so gradients of gradients are ember ops too. Every op
+# declares ``decompose``, its formula with Tensor ops, which Fusion runs for large tensors so
+# the max / sum and the elementwise ops around them fuse into reduce-then-broadcast kernels.
+#
+# f16/bf16 are computed in f32 and rounded once (f64 in f64), as the composite did. The max
+# subtracted first is that of the row as NumPy gives it: a row of -inf, a row holding +inf or
+# a NaN gives NaN throughout (``inf - inf``), as in the composite; a -inf among finite values
+# gives 0 (softmax) or -inf (log_softmax) there.
+_quiet_sm = np.errstate(divide="ignore", invalid="ignore", over="ignore")
+_HALF_DT = (dt.float16, dt.bfloat16)
+
+
+def _sm_infer_for(op):
+    def infer(x, dim):
+        try:
+            shape, d = x._shape, x._dtype
+        except AttributeError:
+            raise DTypeError(f"{op}: expects a Tensor, got {type(x).__name__}") from None
+        if d.kind != "float":
+            require_kind(op, d, "float")
+        _sm_check_dim(op, shape, dim)
+        return (shape, d)
+    return infer
+
+
+def _sm_check_dim(op, shape, dim):
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise DTypeError(f"{op}: dim must be an int, got {type(dim).__name__} {dim!r}")
+    if not shape:
+        raise ShapeError(f"{op}: needs at least 1 dim, got a 0-d tensor (the Tensor API views "
+                         f"a 0-d input as 1-d)")
+    if not 0 <= dim < len(shape):
+        raise IndexError_(f"{op}: dim {dim} is out of range for shape {shape}; valid: 0.."
+                          f"{len(shape) - 1} (the Tensor API canonicalizes negative dims)")
+
+
+def _sm_bwd_infer_for(op):
+    def infer(g, out, dim):
+        for v, what in ((g, "gradient"), (out, "output")):
+            if not hasattr(v, "_shape"):
+                raise DTypeError(f"{op}: expects a Tensor as the {what}, got "
+                                 f"{type(v).__name__}")
+            if v._dtype.kind != "float":
+                require_kind(op, v._dtype, "float", f"the {what}")
+        if g._shape != out._shape:
+            raise ShapeError(f"{op}: the gradient {g._shape} and the forward's output "
+                             f"{out._shape} must have one shape")
+        same_dtype(op, g._dtype, out._dtype)
+        _sm_check_dim(op, out._shape, dim)
+        return (out._shape, out._dtype)
+    return infer
+
+
+def _rmax(a, dim, xp):
+    """The max along ``dim``, kept (NaN propagates); NumPy's ufunc ``reduce`` skips the
+    method's Python-level dispatch."""
+    if xp is np:
+        return np.maximum.reduce(a, axis=dim, keepdims=True)
+    return a.max(axis=dim, keepdims=True)
+
+
+def _rsum(a, dim, xp):
+    if xp is np:
+        return np.add.reduce(a, axis=dim, keepdims=True)
+    return a.sum(axis=dim, keepdims=True)
+
+
+def _sm_up(x):
+    """``x`` as it is computed: f16/bf16 as f32 (a Tensor; the decompositions)."""
+    return x.cast(dt.float32) if x._dtype in _HALF_DT else x
+
+
+def _sm_down(x, dtype):
+    return x if x._dtype is dtype else x.cast(dtype)
+
+
+@_quiet_sm
+def _softmax_numpy(x, *, dim, xp=np):
+    src = x.dtype
+    if x.size == 0:
+        return x.astype(src, copy=True)
+    xc = x.astype(_ct(x), copy=False)
+    e = xp.subtract(xc, _rmax(xc, dim, xp))
+    xp.exp(e, out=e)
+    xp.divide(e, _rsum(e, dim, xp), out=e)
+    return e.astype(src, copy=False)
+
+
+@_quiet_sm
+def _log_softmax_numpy(x, *, dim, xp=np):
+    src = x.dtype
+    if x.size == 0:
+        return x.astype(src, copy=True)
+    xc = x.astype(_ct(x), copy=False)
+    s = xp.subtract(xc, _rmax(xc, dim, xp))
+    lse = _rsum(xp.exp(s), dim, xp)
+    xp.log(lse, out=lse)
+    xp.subtract(s, lse, out=s)
+    return s.astype(src, copy=False)
+
+
+@_quiet_sm
+def _softmax_bwd_numpy(g, out, *, dim, xp=np):
+    src = out.dtype
+    ct = _ct(out)
+    gc = g.astype(ct, copy=False)
+    oc = out.astype(ct, copy=False)
+    r = xp.multiply(gc, oc)
+    xp.subtract(gc, _rsum(r, dim, xp), out=r)
+    xp.multiply(r, oc, out=r)
+    return r.astype(src, copy=False)
+
+
+@_quiet_sm
+def _log_softmax_bwd_numpy(g, out, *, dim, xp=np):
+    src = out.dtype
+    ct = _ct(out)
+    gc = g.astype(ct, copy=False)
+    r = xp.exp(out.astype(ct, copy=False))
+    xp.multiply(r, _rsum(gc, dim, xp), out=r)
+    xp.subtract(gc, r, out=r)
+    return r.astype(src, copy=False)
+
+
+def _softmax_decompose(x, *, dim):
+    """What ``Tensor.softmax`` computed before the primitive: ``exp(x - max) / sum``."""
+    src = x._dtype
+    if x.numel() == 0:
+        return x * 1.0
+    x = _sm_up(x)
+    e = (x - x.max(dim, keepdim=True)).exp()
+    return _sm_down(e / e.sum(dim, keepdim=True), src)
+
+
+def _log_softmax_decompose(x, *, dim):
+    """What ``Tensor.log_softmax`` computed before the primitive:
+    ``(x - max) - log(sum(exp(x - max)))``."""
+    src = x._dtype
+    if x.numel() == 0:
+        return x * 1.0
+    x = _sm_up(x)
+    s = x - x.max(dim, keepdim=True)
+    return _sm_down(s - s.exp().sum(dim, keepdim=True).log(), src)
+
+
+def _softmax_bwd_decompose(g, out, *, dim):
+    src = out._dtype
+    if out.numel() == 0:
+        return g * 1.0
+    g, o = _sm_up(g), _sm_up(out)
+    return _sm_down(o * (g - (g * o).sum(dim, keepdim=True)), src)
+
+
+def _log_softmax_bwd_decompose(g, out, *, dim):
+    src = out._dtype
+    if out.numel() == 0:
+        return g * 1.0
+    g, o = _sm_up(g), _sm_up(out)
+    return _sm_down(g - o.exp() * g.sum(dim, keepdim=True), src)
+
+
+def _softmax_vjp(g, inputs, out, dim):
+    return (_run(SOFTMAX_BACKWARD, (g, out), dim=dim),)
+
+
+def _log_softmax_vjp(g, inputs, out, dim):
+    return (_run(LOG_SOFTMAX_BACKWARD, (g, out), dim=dim),)
+
+
+def _softmax_bwd_vjp(gg, inputs, out, dim, needs):
+    """``y = o * (g - sum(g * o))``: linear in ``g`` with the same (symmetric) Jacobian, so
+    ``dg = softmax_backward(gg, o)``; and ``do = gg * (g - sum(g * o)) - g * sum(gg * o)``."""
+    g, o = inputs
+    src = o._dtype
+    dg = _run(SOFTMAX_BACKWARD, (gg, o), dim=dim) if needs[0] else None
+    if needs[1]:
+        g32, o32, gg32 = _sm_up(g), _sm_up(o), _sm_up(gg)
+        do = _sm_down(gg32 * (g32 - (g32 * o32).sum(dim, keepdim=True))
+                      - g32 * (gg32 * o32).sum(dim, keepdim=True), src)
+    else:
+        do = None
+    return (dg, do)
+
+
+def _log_softmax_bwd_vjp(gg, inputs, out, dim, needs):
+    """``y = g - exp(o) * sum(g)``: ``dg = gg - sum(gg * exp(o))`` and
+    ``do = -gg * exp(o) * sum(g)``."""
+    g, o = inputs
+    src = o._dtype
+    e = _sm_up(o).exp()
+    gg32 = _sm_up(gg)
+    dg = _sm_down(gg32 - (gg32 * e).sum(dim, keepdim=True), src) if needs[0] else None
+    do = _sm_down(-(gg32 * e) * _sm_up(g).sum(dim, keepdim=True), src) if needs[1] else None
+    return (dg, do)
+
+
+SOFTMAX = declare(
+    "softmax", "norm", nin=1, attrs=("dim",), infer=_sm_infer_for("softmax"),
+    numpy=_softmax_numpy, vjp=_softmax_vjp, decompose=_softmax_decompose,
+    doc="exp(x - max) / sum(exp(x - max)) along dim (f16/bf16 computed in f32)")
+LOG_SOFTMAX = declare(
+    "log_softmax", "norm", nin=1, attrs=("dim",), infer=_sm_infer_for("log_softmax"),
+    numpy=_log_softmax_numpy, vjp=_log_softmax_vjp, decompose=_log_softmax_decompose,
+    doc="(x - max) - log(sum(exp(x - max))) along dim (f16/bf16 computed in f32)")
+SOFTMAX_BACKWARD = declare(
+    "softmax_backward", "norm", nin=2, attrs=("dim",),
+    infer=_sm_bwd_infer_for("softmax_backward"), numpy=_softmax_bwd_numpy,
+    vjp=_softmax_bwd_vjp, vjp_needs=True, decompose=_softmax_bwd_decompose,
+    doc="the input's gradient of softmax from its output: out * (g - sum(g * out, dim))")
+LOG_SOFTMAX_BACKWARD = declare(
+    "log_softmax_backward", "norm", nin=2, attrs=("dim",),
+    infer=_sm_bwd_infer_for("log_softmax_backward"), numpy=_log_softmax_bwd_numpy,
+    vjp=_log_softmax_bwd_vjp, vjp_needs=True, decompose=_log_softmax_bwd_decompose,
+    doc="the input's gradient of log_softmax from its output: g - exp(out) * sum(g, dim)")

@@ -1,9 +1,11 @@
 """Activation functions of the Tensor API.
 
-``sigmoid`` and ``relu`` are registry primitives; the rest are composites of primitives, so
-autodiff (and later fusion) flows through them without rules of their own. Composites are
-written so that no intermediate overflows, in the forward pass or in the derivative (a
-``where`` whose unused branch is ``inf`` would still give ``0 * inf = nan`` gradients).
+``sigmoid`` and ``relu`` are registry primitives, and so are ``softmax`` and ``log_softmax``
+(ember/ops/nn.py, with backward primitives of their own); the rest are composites of
+primitives, so autodiff (and later fusion) flows through them without rules of their own.
+Composites are written so that no intermediate overflows, in the forward pass or in the
+derivative (a ``where`` whose unused branch is ``inf`` would still give ``0 * inf = nan``
+gradients).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import math
 from .. import dtype as dt
 from ..errors import DTypeError, ShapeError
 from ..ops import activation as A
+from ..ops.nn import LOG_SOFTMAX as _LOG_SOFTMAX, SOFTMAX as _SOFTMAX
 from ..ops.rules import canonical_dim, require_kind
 from . import dispatch
 from . import elementwise as _E  # where, from the elementwise family
@@ -184,43 +187,38 @@ def celu(x, alpha: float = 1.0):
 
 
 # -- normalized over a dim ------------------------------------------------------------------
+# softmax and log_softmax are registry primitives (ember/ops/nn.py), forward and backward:
+# one op each way instead of a composite of about seven forward and a dozen backward. They
+# compute f16/bf16 in f32 and round once, as the composite did.
+
+
 def _along(op, x, dim):
-    """``x`` (as f32 when f16/bf16, for an accurate sum) and the canonical dim; 0-d inputs
-    are viewed as 1-d."""
+    """The canonical dim of ``x`` (0-d inputs are viewed as 1-d) and ``x`` as the primitive
+    takes it."""
     _float(op, x)
     dim = canonical_dim(op, dim, len(x._shape))
     if not x._shape:
         x = x.reshape(1)
-    if x._dtype in _HALF:
-        x = x.cast(dt.float32)
     return x, dim
 
 
-def _shifted(x, dim):
-    # subtracting the max (a constant for the derivative) keeps exp <= 1
-    return x - x.max(dim, keepdim=True).detach()
+def _normalized(prim, op, x, dim):
+    shape = x._shape
+    x, dim = _along(op, x, dim)
+    if x.numel() == 0:
+        return x.reshape(shape)
+    out = unary(prim, x, {"dim": dim})
+    return out if shape else out.reshape(shape)
 
 
 def softmax(x, dim: int):
     """``exp(x) / sum(exp(x))`` along ``dim``, computed stably."""
-    src, shape = x._dtype, x._shape
-    x, dim = _along("softmax", x, dim)
-    if x.numel() == 0:
-        return _cast_to(x, src).reshape(shape)
-    e = _shifted(x, dim).exp()
-    out = e / e.sum(dim, keepdim=True)
-    return _cast_to(out, src).reshape(shape)
+    return _normalized(_SOFTMAX, "softmax", x, dim)
 
 
 def log_softmax(x, dim: int):
     """``x - log(sum(exp(x)))`` along ``dim``, computed stably."""
-    src, shape = x._dtype, x._shape
-    x, dim = _along("log_softmax", x, dim)
-    if x.numel() == 0:
-        return _cast_to(x, src).reshape(shape)
-    s = _shifted(x, dim)
-    out = s - s.exp().sum(dim, keepdim=True).log()
-    return _cast_to(out, src).reshape(shape)
+    return _normalized(_LOG_SOFTMAX, "log_softmax", x, dim)
 
 
 def softmin(x, dim: int):
