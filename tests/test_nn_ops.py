@@ -320,3 +320,25 @@ def test_max_pool_nan_and_neg_inf_like_torch(torch):
         np.testing.assert_array_equal(vals.numpy(), rv.numpy())
         np.testing.assert_array_equal(idx.numpy(), ri.numpy())
         np.testing.assert_array_equal(em.max_pool2d(em.tensor(x), **kw).numpy(), rv.numpy())
+
+
+@pytest.mark.parametrize("kw", [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
+                                dict(kernel_size=3, stride=1, padding=1)])
+def test_max_pool_gradient_of_channels_last_input(torch, kw):
+    """A conv's output is laid out channels-last; max pooling's gradient keeps that layout
+    (disjoint and overlapping windows), with the values of the NCHW input and of PyTorch."""
+    F = torch.nn.functional
+    x = RNG.normal(size=(3, 5, 8, 6)).astype(np.float32)
+    g = RNG.normal(size=F.max_pool2d(torch.from_numpy(x), **kw).shape).astype(np.float32)
+    xt = torch.from_numpy(x).requires_grad_()
+    (F.max_pool2d(xt, **kw) * torch.from_numpy(g)).sum().backward()
+    dev = em.device("cpu", fusion=False).autodiff()
+    nhwc = em.tensor(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), device=dev)
+    grads = []
+    for xe in (em.tensor(x, device=dev), nhwc.permute(0, 3, 1, 2)):
+        xe = xe.detach().require_grad()
+        y = em.max_pool2d(xe, **kw)
+        grads.append(xe.grad((y * em.tensor(g, device=dev)).sum().backward()))
+    assert grads[1].primitive.strides[1] == 4, grads[1].primitive.strides  # channels innermost
+    np.testing.assert_array_equal(grads[1].numpy(), grads[0].numpy())
+    np.testing.assert_allclose(grads[0].numpy(), xt.grad.numpy(), rtol=1e-6, atol=1e-6)

@@ -607,20 +607,36 @@ def _max_pool_idx_np(nd):
 
 def _max_pool_backward_np(g, indices, input_size, disjoint=False, *, xp=np):
     n, c = g.shape[:2]
+    nd = g.ndim - 2
     plane = 1
     for s_ in input_size:
         plane *= s_
-    base = xp.arange(0, n * c * plane, plane, dtype=np.int64).reshape(
-        (n, c) + (1,) * (g.ndim - 2))
-    flat = (indices + base).reshape(-1)
+    # The gradient is laid out as the pooled input was (the indices are): channels innermost
+    # after a conv, so the elementwise backward ops upstream (relu's mask) and the conv's
+    # own backward read matching layouts (mixed layouts cost NumPy several times the pass)
+    cl = c > 1 and indices.ndim > 2 and indices.strides[1] == indices.itemsize
+    if cl:   # flat position in an [N, *S, C] buffer: (n * plane + p) * C + c
+        base = (xp.arange(0, n * plane * c, plane * c, dtype=np.int64).reshape(
+            (n, 1) + (1,) * nd) + xp.arange(c, dtype=np.int64).reshape((1, c) + (1,) * nd))
+        flat = (indices * c + base).reshape(-1)
+        shape = (n,) + tuple(input_size) + (c,)
+        back = (0, nd + 1) + tuple(range(1, nd + 1))
+    else:
+        base = xp.arange(0, n * c * plane, plane, dtype=np.int64).reshape(
+            (n, c) + (1,) * nd)
+        flat = (indices + base).reshape(-1)
+        shape = (n, c) + tuple(input_size)
+        back = None
     if disjoint:
         # windows that do not overlap: each input position gets at most one gradient
         out = xp.zeros(n * c * plane, g.dtype)
         out[flat] = g.reshape(-1)
-        return out.reshape((n, c) + tuple(input_size))
-    # scatter-add in f64 (bincount converts the weights), in [N, C, *out] order
-    out = weighted_bincount(flat, g.reshape(-1), n * c * plane, xp)
-    return out.reshape((n, c) + tuple(input_size)).astype(g.dtype, copy=False)
+    else:
+        # scatter-add in f64 (bincount converts the weights)
+        out = weighted_bincount(flat, g.reshape(-1), n * c * plane, xp).astype(
+            g.dtype, copy=False)
+    out = out.reshape(shape)
+    return out if back is None else out.transpose(back)
 
 
 def _disjoint_windows(kernel, stride, dilation) -> bool:
