@@ -2,7 +2,10 @@
 
 * Ops: `ember.backend.cuda.ops` finds each op's implementation once; the op path queues
   kernels on the calling thread's stream and never waits for the GPU (index ops that must
-  refuse out-of-range indices read two values back: the one exception).
+  refuse out-of-range indices read two values back: the one exception). Elementwise ops on
+  contiguous operands of one shape run as ember's own kernels, launched directly
+  (`ember.backend.cuda.eager`: a CuPy call costs more host time than the op on a small
+  tensor).
 * Streams: one non-blocking CuPy stream per thread and device (`streams`); reads
   (``to_numpy``) wait for that stream; ``sync`` waits for the whole device.
 * Memory: CuPy's memory pool; running out raises `ember.errors.OutOfMemoryError` naming the
@@ -21,6 +24,7 @@ from ...errors import BackendUnavailableError, DeviceError, DTypeError, ShapeErr
 from ...kernel.cuda import custom as _custom
 from ..base import Backend
 from . import _cupy, memory
+from . import eager as _eager
 from .matmul import CublasMatmul
 from .ops import BF16, BF16_NATIVE, F32, namespace, resolve
 from .streams import StreamOrder
@@ -44,6 +48,14 @@ class Cuda(Backend):
         self._ndarray = cp.ndarray
         self._oom = cp.cuda.memory.OutOfMemoryError
         self._runners = {}
+        #: ops that may run as ember's own flat kernels (`eager`), by op
+        self._eager_ops = {}
+        self._eager = None
+        if _eager.enabled():
+            try:
+                self._eager = _eager.EagerKernels(cp, lambda: self.kernel_runtime)
+            except ImportError:          # a CuPy without the driver binding
+                self._eager = None
         self._tls = threading.local()
         self._orders = {}
         self._rngs = {}
@@ -78,9 +90,17 @@ class Cuda(Backend):
         run = self._runners.get(op)
         if run is None:
             run = self._runners[op] = self._runner(op)
+            self._eager_ops[op] = self._eager is not None and self._eager.eligible(op)
         scope = self._tls.__dict__.get(device.index) or self.scope(device.index)
         order = scope.order
         try:
+            if self._eager_ops[op] and not order.tracking and not (
+                    _custom._REGISTRY and op.name in _custom._REGISTRY):
+                # an elementwise op as ember's own kernel on this thread's stream, launched
+                # directly (no CuPy call, no stream switch): None when its operands do not fit
+                out = self._eager.run(op, prims, attrs, meta, scope.stream.ptr, device.index)
+                if out is not None:
+                    return out
             with scope:
                 if order.tracking:
                     crossed = order.before(scope, prims)
@@ -191,7 +211,7 @@ class Cuda(Backend):
     def _scope_of(self, prim):
         """The calling thread's scope on ``prim``'s device, with its stream ordered after the
         array's last use on another thread's stream."""
-        index = prim.device.id
+        index = prim.data.device_id
         scope = self._tls.__dict__.get(index) or self.scope(index)
         if scope.order.tracking:
             with scope:

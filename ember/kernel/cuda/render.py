@@ -66,7 +66,8 @@ from ..c_family import cast_code as _cast_code
 from ..c_family import load_code as _load_code
 from ..c_family import store_code as _store_code
 
-__all__ = ["Options", "Launch", "Rendered", "render", "fits_idx32", "default_vec"]
+__all__ = ["Options", "Launch", "Rendered", "render", "render_flat", "fits_idx32",
+           "default_vec", "FLAT_NAME"]
 
 SERIAL = 64          # terms one thread accumulates in sequence before a split
 CACHE = 32           # broadcast reductions: per-thread terms kept in registers for the sweep
@@ -900,6 +901,56 @@ def _render_reduce(k: ir.Reduce, gen: _Gen, I: str, opts: Options) -> tuple:
         scratch = SIZE[ACC] * (P * nseg + (P if bc else 0))
     work = P * R * (2 if bc else 1)
     return src.lines, mode, tuple(launches), scratch, split, work
+
+
+FLAT_NAME = "ember_flat"
+
+
+def render_flat(kernel: ir.Elementwise, block: int = 256) -> Rendered:
+    """An elementwise kernel over ``n`` contiguous elements, ``n`` a runtime parameter (the
+    last, ``long long``): one kernel per op and dtypes that serves every shape, which the
+    Cuda backend launches for eager ops instead of compiling one per shape. ``kernel``'s
+    inputs must be contiguous 1-d views (strides ``(1,)``, offset 0) and its expressions
+    must not read an ``Index``; its ``shape`` is ignored. A grid-stride loop, one element
+    per step, 64-bit positions."""
+    if not isinstance(kernel, ir.Elementwise):
+        raise TypeError(f"render_flat: not an Elementwise kernel: {type(kernel).__name__}")
+    if len(kernel.exprs) != len(kernel.out_dtypes):
+        raise ValueError("render_flat: Elementwise needs one out dtype per expression")
+    for v in kernel.inputs:
+        if tuple(v.strides) != (1,) or v.offset:
+            raise ValueError(f"render_flat: inputs must be contiguous 1-d views, got strides "
+                             f"{v.strides} offset {v.offset}")
+    if uses_index(kernel.exprs):
+        raise ValueError("render_flat: an expression reads a position (Index)")
+
+    def no_index(dim):
+        raise ValueError(f"render_flat: Index({dim})")
+
+    gen = _Gen(len(kernel.args))
+    src = Src()
+    params = _params(kernel, kernel.out_dtypes, False, False)
+    params = f"{params}, const long long ember_n" if params else "const long long ember_n"
+    src.open(f'extern "C" __global__ void __launch_bounds__({block}) {FLAT_NAME}({params})')
+    src(*_arg_decls(kernel))
+    src.open(f"for (long long i = (long long)blockIdx.x * {block} + threadIdx.x; "
+             f"i < ember_n; i += (long long)gridDim.x * {block})")
+    sc = _Scope(gen, kernel.inputs, lambda b: f"in{b}[i]", no_index)
+    vals = [sc.value(e) for e in kernel.exprs]
+    src(*sc.lines)
+    for i, (e, od, val) in enumerate(zip(kernel.exprs, kernel.out_dtypes, vals)):
+        if _cd(e.dtype) is not _cd(od):
+            raise TypeError(f"render_flat: an expression of dtype {e.dtype.short} cannot be "
+                            f"stored as {od.short} (add a Cast)")
+        src(f"out{i}[i] = {_store_code(val, e.dtype, od)};")
+    src.close()
+    src.close()
+    pre = [_PRE.strip("\n")] + list(gen.helpers.values())
+    n_ptr = len(kernel.inputs) + len(kernel.out_dtypes)
+    return Rendered(source="\n".join(pre + src.lines) + "\n", mode="flat",
+                    launches=(Launch(FLAT_NAME, block, 0, block),), scratch=0, vec=1,
+                    aligned=(0,) * n_ptr, has_aligned=False, has_scratch=False, idx32=False,
+                    work=0)
 
 
 def render(kernel, options: Options = Options()) -> Rendered:

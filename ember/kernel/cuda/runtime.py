@@ -284,6 +284,22 @@ class CudaKernelRuntime:
         p._built[bkey] = b
         return b
 
+    def function(self, source: str, name: str) -> tuple:
+        """``(module, function pointer)`` of kernel ``name`` in a rendered ``source`` (e.g.
+        `render_flat`'s), compiled for and loaded on the current device: NVRTC and its disk
+        cache as for programs. The caller keeps the module alive while it launches."""
+        if not self.available():
+            raise BackendUnavailableError(f"CUDA kernels are unavailable: "
+                                          f"{self.why_unavailable()}")
+        dev = self._device()
+        arch = self.arch(dev)
+        comp = self._compiler.build(source, arch)
+        mod = self._load(comp.binary)
+        if mod is None:                 # a damaged cache entry: compile once more
+            self._compiler.forget(source, arch)
+            mod = self._load(self._compiler.build(source, arch).binary, strict=True)
+        return mod, int(mod.get_function(name).ptr)
+
     def _load(self, binary: bytes, strict: bool = False):
         cp = self._cp
         mod = cp.cuda.function.Module()

@@ -1,0 +1,219 @@
+"""Eager elementwise ops as ember's own kernels, launched directly.
+
+An op with an IR ``expr`` (arithmetic, math, comparisons, ``where``, ``cast`` ...) whose array
+inputs are C-contiguous and of the output's shape runs as a `render_flat` kernel: compiled once
+per op, dtypes and attrs (NVRTC, disk-cached), for every size after that, and launched with
+``cuLaunchKernel`` (CuPy's binding) on the calling thread's stream, its parameters packed into
+a reused buffer. The kernel is the op's IR lowered as Fusion lowers it, so results are those
+of Fusion(Cuda)'s kernels and of NdArray.
+
+Why: a CuPy ufunc call costs 13-14 µs of host time on an H100 machine; an allocation (about
+3.7 µs) and a direct launch (about 4.5 µs) are what remains here. Small-tensor steps (the
+training steps of small models) are host-bound, one such call per op.
+
+Anything else runs the CuPy way: broadcasting or strided inputs, bf16 (CuPy has no bf16
+arithmetic; the backend computes it in f32), an op whose attrs keep changing (a compile per
+distinct value would not pay: after `MAX_VARIANTS` attr sets an op stays on CuPy), a user
+kernel registered for the op, a thread whose device is not the tensor's, or a kernel that
+does not compile. ``EMBER_CUDA_EAGER=0`` turns the path off.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+import threading
+
+import numpy as np
+
+from ... import dtype as dt
+from ...kernel import ir
+from ...kernel.cuda.render import FLAT_NAME, render_flat
+from ..fusion.lower import load_expr
+
+__all__ = ["EagerKernels", "flat_kernel", "eligible", "enabled", "MAX_VARIANTS", "BLOCK"]
+
+#: distinct attr sets an op may compile kernels for before it stays on the CuPy path
+MAX_VARIANTS = 16
+#: threads per block of the flat kernels
+BLOCK = 256
+_CATEGORIES = frozenset({"unary", "binary", "cast", "other"})
+_SCALARS = (int, float, bool)
+_MAX_PARAMS = 32
+
+
+def eligible(op) -> bool:
+    """Whether ``op`` can take this path at all (per call, its operands decide)."""
+    return op.expr is not None and op.nout == 1 and op.category in _CATEGORIES
+
+
+def enabled(env=None) -> bool:
+    env = os.environ if env is None else env
+    return env.get("EMBER_CUDA_EAGER", "1") != "0"
+
+
+def _attrs_key(attrs) -> tuple | None:
+    """A hashable key of an op's attrs (None: some attr is not hashable)."""
+    try:
+        key = tuple(sorted(attrs.items()))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+class _Kernel:
+    """One compiled flat kernel: the module (kept alive), its function pointer, the
+    parameter layout and how scalar operands are passed."""
+
+    __slots__ = ("module", "fptr", "fmt", "scalars")
+
+    def __init__(self, module, fptr, fmt, scalars):
+        self.module = module
+        self.fptr = fptr
+        self.fmt = fmt
+        self.scalars = scalars       # per scalar operand: its value as the kernel takes it
+
+
+class EagerKernels:
+    """The eager path of one Cuda backend (``runtime()``: its kernel runtime or None)."""
+
+    def __init__(self, cp, runtime):
+        self.cp = cp
+        self._runtime = runtime
+        self._ndarray = cp.ndarray
+        self._get_device = cp.cuda.runtime.getDevice
+        from cupy_backends.cuda.api import driver
+        self._launch = driver.launchKernel
+        self._kernels: dict = {}       # key -> _Kernel, or None where it cannot run
+        self._variants: dict = {}      # op -> set of attr keys compiled
+        self._sms: dict = {}           # device -> SM count
+        self._tls = threading.local()
+        self._lock = threading.Lock()
+        self.launches = 0
+
+    eligible = staticmethod(lambda op: eligible(op))
+
+    # -- the op path ----------------------------------------------------------------------
+    def run(self, op, prims, attrs, meta, stream_ptr, device: int):
+        """The op's output (a new CuPy array), or None: this call goes the CuPy way."""
+        shape, od = meta
+        ndarray = self._ndarray
+        sig = []
+        ptrs = []
+        scalars = []
+        for p in prims:
+            if type(p) is ndarray:
+                if p.shape != shape or not p._c_contiguous:
+                    return None
+                sig.append(p.dtype)
+                ptrs.append(p.data.ptr)
+            elif type(p) in _SCALARS:
+                sig.append(type(p))
+                scalars.append(p)
+            else:
+                return None
+        if not ptrs or od is dt.bfloat16 or self._get_device() != device:
+            return None
+        if attrs:
+            akey = _attrs_key(attrs)
+            if akey is None:
+                return None
+        else:
+            akey = ()
+        key = (op, tuple(sig), od, akey, device)
+        k = self._kernels.get(key, False)
+        if k is False:
+            k = self._build(key, op, prims, attrs, od)
+        if k is None:
+            return None
+        out = ndarray(shape, od.np)            # from the memory pool, like cupy.empty
+        n = out.size
+        if n == 0:
+            return out
+        if scalars:
+            scalars = [c(v) for v, c in zip(scalars, k.scalars)]
+        slots = getattr(self._tls, "slots", None)
+        if slots is None:
+            buf = ctypes.create_string_buffer(8 * _MAX_PARAMS)
+            base = ctypes.addressof(buf)
+            addrs = (ctypes.c_void_p * _MAX_PARAMS)(*[base + 8 * i
+                                                       for i in range(_MAX_PARAMS)])
+            slots = self._tls.slots = (buf, ctypes.addressof(addrs), addrs)
+        buf, kp, _ = slots
+        struct.pack_into(k.fmt, buf, 0, *ptrs, out.data.ptr, *scalars, n)
+        grid = (n + BLOCK - 1) // BLOCK
+        cap = self._sms.get(device)
+        if cap is None:
+            cap = self._sms[device] = max(1, self._sm_count(device) * (2048 // BLOCK))
+        self._launch(k.fptr, grid if grid < cap else cap, 1, 1, BLOCK, 1, 1, 0,
+                     stream_ptr, kp, 0)
+        self.launches += 1
+        return out
+
+    # -- building ---------------------------------------------------------------------------
+    def _sm_count(self, device: int) -> int:
+        from ...kernel.cuda.device import device_info
+        return device_info(device).sms
+
+    def _build(self, key, op, prims, attrs, od):
+        with self._lock:
+            k = self._kernels.get(key, False)
+            if k is not False:
+                return k
+            seen = self._variants.setdefault(op, set())
+            if key[3] not in seen and len(seen) >= MAX_VARIANTS:
+                return None              # not cached: a later attr set may be a known one
+            k = self._compile(op, prims, attrs, od)
+            seen.add(key[3])
+            self._kernels[key] = k
+            return k
+
+    def _compile(self, op, prims, attrs, od):
+        """The flat kernel of ``op`` on these operands' dtypes (None: it cannot run here)."""
+        rt = self._runtime()
+        if rt is None:
+            return None
+        kinds = [dt.from_numpy(p.dtype) if type(p) is self._ndarray else type(p)
+                 for p in prims]
+        try:
+            kernel, convert = flat_kernel(op, kinds, attrs, od)
+            if kernel is None:
+                return None
+            module, fptr = rt.function(render_flat(kernel, BLOCK).source, FLAT_NAME)
+        except Exception:  # noqa: BLE001  (an expr the renderer cannot take: CuPy runs it)
+            return None
+        fmt = "=" + "Q" * (len(kernel.inputs) + 1) + "".join(
+            "d" if a.is_float else "q" for a in kernel.args) + "q"
+        return _Kernel(module, fptr, fmt, convert)
+
+
+def flat_kernel(op, kinds, attrs, od):
+    """``(ir.Elementwise, converters)``: ``op`` lowered as Fusion lowers it, over operands of
+    ``kinds`` (an ember dtype per array, a Python type per scalar), for `render_flat`; the
+    converters turn each scalar operand into the value the kernel takes. ``(None, ())``
+    where the path does not apply (bf16, too many operands)."""
+    dtypes = [k for k in kinds if isinstance(k, dt.DType)]
+    if not dtypes or dt.bfloat16 in dtypes or od is dt.bfloat16 or \
+            2 * len(kinds) + 2 >= _MAX_PARAMS:
+        return None, ()
+    # a scalar operand takes the dtype of the op's tensors (`where`: of its result), as
+    # Fusion's lowering does; a f16 op rounds it to f16 first (NumPy's weak scalar)
+    sdt = od if op.name == "where" else dtypes[0]
+    views, ins, args, convert = [], [], [], []
+    for k in kinds:
+        if isinstance(k, dt.DType):
+            ins.append(load_expr(len(views), k))
+            views.append(ir.BufferView(k, (1,), 0))
+        else:
+            cd = ir.compute_dtype(sdt)
+            ins.append(ir.Arg(len(args), cd))
+            args.append(cd)
+            convert.append(_half_scalar if sdt is dt.float16 else
+                           float if cd.is_float else int)
+    e = ir.cast(op.expr(*ins, **attrs), od)
+    return ir.Elementwise((1,), tuple(views), (e,), (od,), tuple(args)), tuple(convert)
+
+
+def _half_scalar(v) -> float:
+    return float(np.float16(v))

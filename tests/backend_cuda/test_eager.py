@@ -1,0 +1,169 @@
+"""The Cuda backend's eager kernels (ember/backend/cuda/eager.py).
+
+Without a GPU: every elementwise op call of the conformance cases whose operands fit the path
+lowers to a flat kernel that NVRTC compiles (skipped by name without NVRTC). On a GPU: the
+path runs, gives NumPy's results (bit for bit where the op is exact), and steps aside where
+it does not apply (broadcasting, strided inputs, bf16), with the same results."""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+import ember as em
+from ember import dtype as dt
+from ember.backend.cuda import eager
+from ember.backend.ndarray.backend import NdArray
+from ember.kernel.cuda.compiler import CudaCompiler, default_arch
+from ember.kernel.cuda.render import FLAT_NAME, render_flat
+from tests.conformance.cases import CASES
+from tests.conformance.test_ops import _inputs
+
+
+def _flat_calls():
+    """(op, operand kinds, attrs, out dtype) of every eligible op call with operands of the
+    output's shape that the conformance cases make (first shape set, every dtype), recorded
+    on a NdArray backend."""
+    calls = {}
+    backend = NdArray()
+    inner = backend.execute
+
+    def record(op, prims, attrs, meta, device):
+        if eager.eligible(op) and meta[1] is not dt.bfloat16:
+            kinds = []
+            for p in prims:
+                if isinstance(p, np.ndarray) and p.shape == tuple(meta[0]):
+                    kinds.append(dt.from_numpy(p.dtype))
+                elif type(p) in (int, float, bool):
+                    kinds.append(type(p))
+                else:
+                    kinds = None
+                    break
+            if kinds and any(isinstance(k, dt.DType) for k in kinds):
+                key = (op.name, tuple(kinds), tuple(sorted(attrs.items())), meta[1])
+                calls.setdefault(key, (op, kinds, attrs, meta[1]))
+        return inner(op, prims, attrs, meta, device)
+
+    backend.execute = record
+    dev = backend.device(0)
+    for case in CASES:
+        for d in case.dtypes:
+            rng = np.random.default_rng(zlib.crc32(repr((case.name, d)).encode()))
+            try:
+                arrays = _inputs(case, case.shapes[0], d, rng)
+                case.fn(*[em.tensor(a, device=dev) for a in arrays])
+            except Exception:  # noqa: BLE001  (cases that test errors; recorded calls count)
+                pass
+    return list(calls.values())
+
+
+def test_every_flat_kernel_compiles(tmp_path):
+    compiler = CudaCompiler(cache_root=tmp_path)
+    if not compiler.available:
+        pytest.skip(f"NVRTC unavailable (compile-only checks skipped): {compiler.reason}")
+    calls = _flat_calls()
+    assert len(calls) > 150, f"only {len(calls)} eligible op calls recorded"
+    failed, built = [], 0
+    for op, kinds, attrs, od in calls:
+        try:
+            kernel, _ = eager.flat_kernel(op, kinds, attrs, od)
+            if kernel is None:
+                continue
+            rd = render_flat(kernel, eager.BLOCK)
+            assert f"{FLAT_NAME}(" in rd.source
+            compiler.build(rd.source, default_arch())
+            built += 1
+        except Exception as e:  # noqa: BLE001
+            failed.append(f"{op.name} {kinds} {attrs} -> {od.short}: {str(e)[:300]}")
+    assert not failed, f"{len(failed)} of {len(calls)} flat kernels failed:\n" + \
+        "\n".join(failed[:20])
+    assert built > 150, f"only {built} of {len(calls)} calls gave a flat kernel"
+
+
+def test_flat_kernel_refuses_what_it_cannot_take():
+    add = em.ops.OPS["add"]
+    assert eager.flat_kernel(add, [dt.bfloat16, dt.bfloat16], {}, dt.bfloat16)[0] is None
+    assert eager.flat_kernel(add, [float, float], {}, dt.float32)[0] is None
+    k, conv = eager.flat_kernel(add, [dt.float16, float], {}, dt.float16)
+    assert len(k.inputs) == 1 and len(k.args) == 1
+    assert conv[0](0.1) == float(np.float16(0.1))      # a f16 op's scalar is rounded to f16
+    with pytest.raises(ValueError, match="contiguous"):
+        from ember.kernel import ir
+        render_flat(ir.Elementwise((4,), (ir.BufferView(dt.float32, (2,), 0),),
+                                   (ir.Load(0, dt.float32),), (dt.float32,)))
+
+
+# -- on a GPU -------------------------------------------------------------------------------
+gpu = pytest.mark.skipif(not em.cuda.is_available(), reason=f"cuda: {em.cuda.why_unavailable()}")
+
+
+@pytest.fixture
+def dev():
+    return em.device("cuda", fusion=False)
+
+
+def _launches(dev):
+    return dev.backend._eager.launches if dev.backend._eager is not None else 0
+
+
+@gpu
+@pytest.mark.parametrize("d", ["f32", "f64", "f16", "i32", "i64", "u8"])
+def test_eager_ops_match_numpy(dev, d):
+    rng = np.random.default_rng(3)
+    npd = dt.as_dtype(d).np
+    a = (rng.normal(size=(7, 33)) * 8).astype(npd)
+    b = (rng.normal(size=(7, 33)) * 8 + 0.5).astype(npd)
+    if npd.kind in "iu":
+        b[b == 0] = 3
+    ea, eb = em.tensor(a, device=dev), em.tensor(b, device=dev)
+    ca, cb = em.tensor(a), em.tensor(b)        # NdArray, the reference
+    before = _launches(dev)
+    exact = [lambda x, y: x + y, lambda x, y: x * y, lambda x, y: x - 3,
+             lambda x, y: x > y, lambda x, y: em.maximum(x, y), lambda x, y: x.abs(),
+             lambda x, y: em.where(x > y, x, y), lambda x, y: x.cast("f32")]
+    approx = []
+    if npd.kind == "f":
+        exact += [lambda x, y: x / y, lambda x, y: x * 0.1, lambda x, y: x ** 2]
+        approx = [lambda x, y: x.exp(), lambda x, y: x.sigmoid(), lambda x, y: x.erf()]
+    else:
+        exact += [lambda x, y: x // y, lambda x, y: x % y]
+    checks = exact + approx
+    for f in exact:
+        got, want = f(ea, eb).numpy(), f(ca, cb).numpy()
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    # the math library is within 2 ulp of the exact result (tests/kernel/test_mathlib.py)
+    rtol = {"f32": 4e-7, "f64": 8e-16, "f16": 2e-3}.get(d)
+    for f in approx:
+        got, want = f(ea, eb).numpy(), f(ca, cb).numpy()
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-30)
+    assert _launches(dev) - before >= len(checks) - 1   # (x ** 2 may be a multiply)
+
+
+@gpu
+def test_eager_steps_aside_and_agrees(dev):
+    rng = np.random.default_rng(4)
+    a = rng.normal(size=(6, 8)).astype(np.float32)
+    ea = em.tensor(a, device=dev)
+    row = em.tensor(a[:1], device=dev)
+    before = _launches(dev)
+    np.testing.assert_array_equal((ea + row).numpy(), a + a[:1])          # broadcast
+    np.testing.assert_array_equal((ea.swap_dims(0, 1) * 2).numpy(), a.T * 2)  # strided
+    bf = em.tensor(a, device=dev).cast("bf16")
+    np.testing.assert_array_equal((bf + bf).numpy(), (em.tensor(a).cast("bf16") * 2).numpy())
+    assert _launches(dev) == before
+    np.testing.assert_array_equal((ea + ea).numpy(), a + a)
+    assert _launches(dev) == before + 1
+
+
+@gpu
+def test_eager_on_fusion_and_autodiff():
+    dev = em.device("cuda").autodiff()
+    x = em.tensor(np.linspace(-2, 2, 12, dtype=np.float32), device=dev).require_grad()
+    y = (x * x + x.sigmoid()).sum()
+    g = x.grad(y.backward()).numpy()
+    xn = np.linspace(-2, 2, 12, dtype=np.float64)
+    s = 1 / (1 + np.exp(-xn))
+    np.testing.assert_allclose(g, 2 * xn + s * (1 - s), rtol=1e-6, atol=1e-6)
