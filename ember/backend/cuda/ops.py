@@ -143,11 +143,477 @@ def _adam_impl(cp, xp):
     return adam_update
 
 
+# -- raw kernels: cross entropy rows, max pooling -------------------------------------------
+# One launch each where the NumPy-style references take a dozen CuPy calls (each ~13 us of
+# host time). Sources are module-level strings (compiled by NVRTC on first use through a
+# cupy.RawModule; tests/backend_cuda compiles them without a GPU). f16 arrives as its bits
+# (unsigned short) and is computed in f32; bf16 arrives as f32 (`Cuda._runner` upcasts it:
+# these ops are not in BF16_NATIVE); f64 is computed in f64. Sizes and strides are 64-bit.
+_KERNEL_HELPERS = r"""
+typedef long long ember_i64;
+
+template <typename T> struct ember_ct { typedef float type; };
+template <> struct ember_ct<double> { typedef double type; };
+
+// f16 as bits <-> f32 (PTX conversions: no header needed)
+__device__ __forceinline__ float ember_f(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+__device__ __forceinline__ float ember_f(float v) { return v; }
+__device__ __forceinline__ double ember_f(double v) { return v; }
+__device__ __forceinline__ void ember_st(unsigned short* p, float v) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+  *p = h;
+}
+__device__ __forceinline__ void ember_st(float* p, float v) { *p = v; }
+__device__ __forceinline__ void ember_st(double* p, double v) { *p = v; }
+
+__device__ __forceinline__ float ember_exp(float v) { return expf(v); }
+__device__ __forceinline__ double ember_exp(double v) { return exp(v); }
+__device__ __forceinline__ float ember_log(float v) { return logf(v); }
+__device__ __forceinline__ double ember_log(double v) { return log(v); }
+
+template <typename F> __device__ __forceinline__ F ember_neg_inf();
+template <> __device__ __forceinline__ float ember_neg_inf<float>() {
+  return __uint_as_float(0xff800000u);
+}
+template <> __device__ __forceinline__ double ember_neg_inf<double>() {
+  return __longlong_as_double((long long)0xfff0000000000000ull);
+}
+// -inf in the storage type
+__device__ __forceinline__ void ember_neg_inf_raw(unsigned short* r) { *r = 0xfc00u; }
+__device__ __forceinline__ void ember_neg_inf_raw(float* r) { *r = ember_neg_inf<float>(); }
+__device__ __forceinline__ void ember_neg_inf_raw(double* r) { *r = ember_neg_inf<double>(); }
+
+// the max propagating NaN (as NumPy's and CuPy's max)
+template <typename F> __device__ __forceinline__ F ember_nanmax(F a, F b) {
+  return (b > a || b != b) ? b : a;
+}
+"""
+
+CE_SOURCE = _KERNEL_HELPERS + r"""
+// Each row of logits x [M, C] (strides sxr, sxc in elements) is reduced by a group of G
+// threads: one warp (BLOCK false: blockDim.x / 32 rows per block) or the whole block (BLOCK
+// true: one row per block). The steps are the reference's (`_ce_rows` in ember/ops/nn.py):
+// m = max of the row, replaced by 0 when not finite; lse = log(sum(exp(x - m))) + m.
+template <typename F> __device__ __forceinline__ F ember_warp_max(F v) {
+  for (int o = 16; o > 0; o >>= 1) v = ember_nanmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+template <typename F> __device__ __forceinline__ F ember_warp_sum(F v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;   // (the butterfly gives every lane the same bits)
+}
+template <typename F> __device__ __forceinline__ F ember_block_max(F v, double* sh) {
+  v = ember_warp_max(v);
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = (double)v;
+  __syncthreads();
+  F r = (F)sh[0];
+  for (int i = 1, nw = (int)(blockDim.x >> 5); i < nw; ++i) r = ember_nanmax(r, (F)sh[i]);
+  __syncthreads();
+  return r;
+}
+template <typename F> __device__ __forceinline__ F ember_block_sum(F v, double* sh) {
+  v = ember_warp_sum(v);
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = (double)v;
+  __syncthreads();
+  F r = (F)sh[0];
+  for (int i = 1, nw = (int)(blockDim.x >> 5); i < nw; ++i) r += (F)sh[i];
+  __syncthreads();
+  return r;
+}
+
+template <typename T, bool BLOCK>
+__device__ __forceinline__ typename ember_ct<T>::type ember_row_lse(
+    const T* xr, ember_i64 C, ember_i64 sxc, ember_i64 lane, ember_i64 G, double* sh) {
+  typedef typename ember_ct<T>::type F;
+  F m = ember_neg_inf<F>();
+  for (ember_i64 j = lane; j < C; j += G) m = ember_nanmax(m, (F)ember_f(xr[j * sxc]));
+  m = BLOCK ? ember_block_max(m, sh) : ember_warp_max(m);
+  if (!(m - m == (F)0)) m = (F)0;          // rows of -inf / inf / NaN: no inf - inf
+  F s = (F)0;
+  for (ember_i64 j = lane; j < C; j += G) s += ember_exp((F)ember_f(xr[j * sxc]) - m);
+  s = BLOCK ? ember_block_sum(s, sh) : ember_warp_sum(s);
+  return ember_log(s) + m;
+}
+
+// the class of a row: targets wrap around C as CuPy's integer-array indexing does
+__device__ __forceinline__ ember_i64 ember_wrap(ember_i64 t, ember_i64 C) {
+  ember_i64 k = t % C;
+  return k < 0 ? k + C : k;
+}
+
+#define EMBER_ROWS(BLOCK)                                                         \
+  ember_i64 lane, G, r, step;                                                     \
+  if (BLOCK) {                                                                    \
+    lane = threadIdx.x; G = blockDim.x; r = blockIdx.x; step = gridDim.x;         \
+  } else {                                                                        \
+    const ember_i64 rows = blockDim.x >> 5;                                       \
+    lane = threadIdx.x & 31; G = 32;                                              \
+    r = (ember_i64)blockIdx.x * rows + (threadIdx.x >> 5);                        \
+    step = (ember_i64)gridDim.x * rows;                                           \
+  }
+
+template <typename T, typename I, bool BLOCK>
+__device__ __forceinline__ void ember_ce_fwd(
+    const T* __restrict__ x, const I* __restrict__ t, T* __restrict__ loss,
+    T* __restrict__ valid, ember_i64 M, ember_i64 C, ember_i64 sxr, ember_i64 sxc,
+    ember_i64 st, ember_i64 ignore) {
+  typedef typename ember_ct<T>::type F;
+  __shared__ double sh[32];
+  EMBER_ROWS(BLOCK)
+  for (; r < M; r += step) {                 // (uniform over each warp / block)
+    const T* xr = x + r * sxr;
+    const F lse = ember_row_lse<T, BLOCK>(xr, C, sxc, lane, G, sh);
+    if (lane == 0) {
+      const ember_i64 tv = (ember_i64)t[r * st];
+      const bool ok = tv != ignore;
+      F out = (F)0;
+      if (ok) out = lse - (F)ember_f(xr[ember_wrap(tv, C) * sxc]);
+      ember_st(loss + r, out);
+      ember_st(valid + r, ok ? (F)1 : (F)0);
+    }
+  }
+}
+
+template <typename T, typename I, bool BLOCK>
+__device__ __forceinline__ void ember_ce_bwd(
+    const T* __restrict__ g, const T* __restrict__ x, const I* __restrict__ t,
+    T* __restrict__ out, ember_i64 M, ember_i64 C, ember_i64 sg, ember_i64 sxr,
+    ember_i64 sxc, ember_i64 st, ember_i64 ignore) {
+  typedef typename ember_ct<T>::type F;
+  __shared__ double sh[32];
+  EMBER_ROWS(BLOCK)
+  for (; r < M; r += step) {
+    const T* xr = x + r * sxr;
+    const F lse = ember_row_lse<T, BLOCK>(xr, C, sxc, lane, G, sh);
+    const ember_i64 tv = (ember_i64)t[r * st];
+    const bool ok = tv != ignore;
+    const ember_i64 k = ok ? ember_wrap(tv, C) : 0;      // the reference's `safe`
+    const F gr = ok ? (F)ember_f(g[r * sg]) : (F)0;      // (NaN * 0 stays NaN, as there)
+    T* orow = out + r * C;
+    for (ember_i64 j = lane; j < C; j += G) {
+      F p = ember_exp((F)ember_f(xr[j * sxc]) - lse);
+      if (j == k) p -= (F)1;
+      ember_st(orow + j, p * gr);
+    }
+  }
+}
+
+#define EMBER_CE(TN, T, IN, I)                                                            \
+  extern "C" __global__ void __launch_bounds__(256)                                       \
+  ember_ce_fwd_##TN##_##IN##_w(                                                           \
+      const T* x, const I* t, T* loss, T* valid, ember_i64 M, ember_i64 C,                \
+      ember_i64 sxr, ember_i64 sxc, ember_i64 st, ember_i64 ignore) {                     \
+    ember_ce_fwd<T, I, false>(x, t, loss, valid, M, C, sxr, sxc, st, ignore);             \
+  }                                                                                       \
+  extern "C" __global__ void __launch_bounds__(1024)                                      \
+  ember_ce_fwd_##TN##_##IN##_b(                                                           \
+      const T* x, const I* t, T* loss, T* valid, ember_i64 M, ember_i64 C,                \
+      ember_i64 sxr, ember_i64 sxc, ember_i64 st, ember_i64 ignore) {                     \
+    ember_ce_fwd<T, I, true>(x, t, loss, valid, M, C, sxr, sxc, st, ignore);              \
+  }                                                                                       \
+  extern "C" __global__ void __launch_bounds__(256)                                       \
+  ember_ce_bwd_##TN##_##IN##_w(                                                           \
+      const T* g, const T* x, const I* t, T* out, ember_i64 M, ember_i64 C, ember_i64 sg, \
+      ember_i64 sxr, ember_i64 sxc, ember_i64 st, ember_i64 ignore) {                     \
+    ember_ce_bwd<T, I, false>(g, x, t, out, M, C, sg, sxr, sxc, st, ignore);              \
+  }                                                                                       \
+  extern "C" __global__ void __launch_bounds__(1024)                                      \
+  ember_ce_bwd_##TN##_##IN##_b(                                                           \
+      const T* g, const T* x, const I* t, T* out, ember_i64 M, ember_i64 C, ember_i64 sg, \
+      ember_i64 sxr, ember_i64 sxc, ember_i64 st, ember_i64 ignore) {                     \
+    ember_ce_bwd<T, I, true>(g, x, t, out, M, C, sg, sxr, sxc, st, ignore);               \
+  }
+
+EMBER_CE(f16, unsigned short, i32, int)
+EMBER_CE(f16, unsigned short, i64, long long)
+EMBER_CE(f32, float, i32, int)
+EMBER_CE(f32, float, i64, long long)
+EMBER_CE(f64, double, i32, int)
+EMBER_CE(f64, double, i64, long long)
+"""
+
+MAX_POOL_SOURCE = _KERNEL_HELPERS + r"""
+// 2-d max pooling, one thread per output (grid-stride over `total`), PyTorch's scan: the
+// window in row-major order, the first strictly larger value wins and so does every NaN
+// (the last NaN of a window); positions outside the input never win. A window whose max is
+// -inf reports its first in-bounds position (per dim: the first tap at or after 0), as the
+// reference (`_max_pool_idx_np`) does. Outputs are written in the order of `cl`: channels
+// innermost ([N, OH, OW, C] memory) or [N, C, OH, OW].
+template <typename T, bool IDX>
+__device__ __forceinline__ void ember_max_pool2d(
+    const T* __restrict__ x, T* __restrict__ out, ember_i64* __restrict__ idx,
+    ember_i64 total, ember_i64 C, ember_i64 H, ember_i64 W, ember_i64 OH, ember_i64 OW,
+    ember_i64 sn, ember_i64 sc, ember_i64 sh, ember_i64 sw, int kh, int kw, int sth,
+    int stw, int ph, int pw, int dh, int dw, int cl) {
+  typedef typename ember_ct<T>::type F;
+  const ember_i64 step = (ember_i64)gridDim.x * blockDim.x;
+  for (ember_i64 e = (ember_i64)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+       e += step) {
+    ember_i64 n, c, oh, ow, q;
+    if (cl) {
+      c = e % C; q = e / C; ow = q % OW; q /= OW; oh = q % OH; n = q / OH;
+    } else {
+      ow = e % OW; q = e / OW; oh = q % OH; q /= OH; c = q % C; n = q / C;
+    }
+    const T* xp = x + n * sn + c * sc;
+    const ember_i64 hs = oh * sth - ph, ws = ow * stw - pw;
+    F best = ember_neg_inf<F>();
+    T raw;
+    ember_neg_inf_raw(&raw);
+    ember_i64 at = 0;
+    for (int i = 0; i < kh; ++i) {
+      const ember_i64 h = hs + (ember_i64)i * dh;
+      if (h < 0 || h >= H) continue;
+      for (int j = 0; j < kw; ++j) {
+        const ember_i64 w = ws + (ember_i64)j * dw;
+        if (w < 0 || w >= W) continue;
+        const T rv = xp[h * sh + w * sw];
+        const F v = (F)ember_f(rv);
+        if (v > best || v != v) {
+          best = v;
+          raw = rv;
+          at = h * W + w;
+        }
+      }
+    }
+    out[e] = raw;
+    if (IDX) {
+      if (best == ember_neg_inf<F>()) {    // the window's first in-bounds position
+        const ember_i64 fh = hs < 0 ? hs + (-hs + dh - 1) / dh * dh : hs;
+        const ember_i64 fw = ws < 0 ? ws + (-ws + dw - 1) / dw * dw : ws;
+        at = fh * W + fw;
+      }
+      idx[e] = at;
+    }
+  }
+}
+
+#define EMBER_POOL(TN, T)                                                                 \
+  extern "C" __global__ void __launch_bounds__(256)                                       \
+  ember_max_pool2d_##TN(                                                                  \
+      const T* x, T* out, ember_i64* idx, ember_i64 total, ember_i64 C, ember_i64 H,      \
+      ember_i64 W, ember_i64 OH, ember_i64 OW, ember_i64 sn, ember_i64 sc, ember_i64 sh,  \
+      ember_i64 sw, int kh, int kw, int sth, int stw, int ph, int pw, int dh, int dw,     \
+      int cl) {                                                                           \
+    ember_max_pool2d<T, true>(x, out, idx, total, C, H, W, OH, OW, sn, sc, sh, sw, kh,    \
+                              kw, sth, stw, ph, pw, dh, dw, cl);                          \
+  }                                                                                       \
+  extern "C" __global__ void __launch_bounds__(256)                                       \
+  ember_max_pool2d_values_##TN(                                                           \
+      const T* x, T* out, ember_i64 total, ember_i64 C, ember_i64 H, ember_i64 W,         \
+      ember_i64 OH, ember_i64 OW, ember_i64 sn, ember_i64 sc, ember_i64 sh, ember_i64 sw, \
+      int kh, int kw, int sth, int stw, int ph, int pw, int dh, int dw, int cl) {         \
+    ember_max_pool2d<T, false>(x, out, (ember_i64*)0, total, C, H, W, OH, OW, sn, sc, sh, \
+                               sw, kh, kw, sth, stw, ph, pw, dh, dw, cl);                 \
+  }
+
+EMBER_POOL(f16, unsigned short)
+EMBER_POOL(f32, float)
+EMBER_POOL(f64, double)
+"""
+
+#: the kernels' names for each storage dtype (bf16 is computed as f32: see above)
+KERNEL_DTYPES = {np.dtype(np.float16): "f16", F32: "f32", np.dtype(np.float64): "f64"}
+_INDEX_DTYPES = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
+CE_WARP_MAX_CLASSES = 1024      # rows of at most this many classes: one warp each
+_GRID_CAP = 1 << 24             # blocks per launch (the kernels loop over the rest)
+
+
+def ce_kernel_names():
+    """Every entry point of `CE_SOURCE`."""
+    return [f"ember_ce_{d}_{t}_{i}_{m}" for d in ("fwd", "bwd")
+            for t in KERNEL_DTYPES.values() for i in _INDEX_DTYPES.values() for m in "wb"]
+
+
+def max_pool_kernel_names():
+    """Every entry point of `MAX_POOL_SOURCE`."""
+    return [f"ember_max_pool2d_{v}{t}" for t in KERNEL_DTYPES.values()
+            for v in ("", "values_")]
+
+
+class _Kernels:
+    """The functions of one CUDA source (a cupy.RawModule, compiled on first use; CuPy
+    compiles per device and caches on disk)."""
+
+    def __init__(self, cp, source):
+        self.cp, self.source = cp, source
+        self._module = None
+        self._fns = {}
+
+    def __getitem__(self, name):
+        fn = self._fns.get(name)
+        if fn is None:
+            if self._module is None:
+                self._module = self.cp.RawModule(code=self.source)
+            fn = self._fns[name] = self._module.get_function(name)
+        return fn
+
+
+def _elem_strides(a):
+    """``a``'s strides in elements, or None when one is not a whole number of them."""
+    size = a.itemsize
+    out = []
+    for s in a.strides:
+        if s % size:
+            return None
+        out.append(s // size)
+    return out
+
+
+def _ce_operands(cp, x, t):
+    """(x with whole-element strides, t as int32/int64, their strides): what the kernels
+    read (no copies for the usual operands)."""
+    sx = _elem_strides(x)
+    if sx is None:
+        x = cp.ascontiguousarray(x)
+        sx = _elem_strides(x)
+    if t.dtype not in _INDEX_DTYPES:
+        t = t.astype(np.int64)
+    st = _elem_strides(t)
+    if st is None:
+        t = cp.ascontiguousarray(t)
+        st = _elem_strides(t)
+    return x, sx, t, st[0]
+
+
+def _ce_launch(M, C):
+    """(mode suffix, grid, block) for M rows of C classes."""
+    if C <= CE_WARP_MAX_CLASSES:
+        threads = 256
+        return "w", (min(-(-M // (threads // 32)), _GRID_CAP),), (threads,)
+    threads = 128
+    while threads < 1024 and threads * 16 < C:
+        threads *= 2
+    return "b", (min(M, _GRID_CAP),), (threads,)
+
+
+def _ce_empty_classes(M, C):
+    if C == 0 and M > 0:   # the reference picks class 0 of an empty row (CuPy raises too)
+        from ...errors import IndexError_
+        raise IndexError_(f"cross_entropy: logits of {M} rows have no classes (shape "
+                          f"[{M}, 0]); a row needs at least one")
+
+
+def _ce_impl(cp, xp):
+    from ...ops.nn import _ce_numpy
+    kernels = _Kernels(cp, CE_SOURCE)
+
+    def cross_entropy_rows(x, t, *, ignore_index):
+        kd = KERNEL_DTYPES.get(x.dtype)
+        if kd is None:          # (no other float reaches a device; the reference as before)
+            return _ce_numpy(x, t, ignore_index=ignore_index, xp=xp)
+        M, C = x.shape
+        loss = cp.empty((M,), x.dtype)
+        valid = cp.empty((M,), x.dtype)
+        if M == 0:
+            return loss, valid
+        _ce_empty_classes(M, C)
+        x, sx, t, st = _ce_operands(cp, x, t)
+        mode, grid, block = _ce_launch(M, C)
+        kernels[f"ember_ce_fwd_{kd}_{_INDEX_DTYPES[t.dtype]}_{mode}"](
+            grid, block, (x, t, loss, valid, np.int64(M), np.int64(C), np.int64(sx[0]),
+                          np.int64(sx[1]), np.int64(st), np.int64(ignore_index)))
+        return loss, valid
+    return cross_entropy_rows
+
+
+def _ce_bwd_impl(cp, xp):
+    from ...ops.nn import _ce_bwd_numpy
+    kernels = _Kernels(cp, CE_SOURCE)
+
+    def cross_entropy_rows_backward(g, x, t, *, ignore_index):
+        kd = KERNEL_DTYPES.get(x.dtype)
+        if kd is None or g.dtype != x.dtype:
+            return _ce_bwd_numpy(g, x, t, ignore_index=ignore_index, xp=xp)
+        M, C = x.shape
+        out = cp.empty((M, C), x.dtype)
+        if M == 0 or out.size == 0:
+            _ce_empty_classes(M, C)
+            return out
+        x, sx, t, st = _ce_operands(cp, x, t)
+        sg = _elem_strides(g)
+        if sg is None:
+            g = cp.ascontiguousarray(g)
+            sg = _elem_strides(g)
+        mode, grid, block = _ce_launch(M, C)
+        kernels[f"ember_ce_bwd_{kd}_{_INDEX_DTYPES[t.dtype]}_{mode}"](
+            grid, block, (g, x, t, out, np.int64(M), np.int64(C), np.int64(sg[0]),
+                          np.int64(sx[0]), np.int64(sx[1]), np.int64(st),
+                          np.int64(ignore_index)))
+        return out
+    return cross_entropy_rows_backward
+
+
+def _max_pool_impl(nd, with_indices):
+    """Builder of ``max_pool{nd}d[_with_indices]`` (1-d runs as 2-d pooling of [N, C, 1, L]
+    with a 1-tap window along the added dim: the same windows, and the same flat indices)."""
+    def build(cp, xp):
+        from ...ops import nn as N
+        ref = (N._max_pool_idx_np if with_indices else N._max_pool_np)(nd)
+        kernels = _Kernels(cp, MAX_POOL_SOURCE)
+
+        def max_pool(x, *, kernel, stride, padding, dilation, ceil_mode):
+            kd = KERNEL_DTYPES.get(x.dtype)
+            if kd is None:
+                return ref(x, kernel, stride, padding, dilation, ceil_mode, xp=xp)
+            if nd == 1:
+                x4 = x[:, :, None, :]
+                k4, s4 = (1,) + tuple(kernel), (1,) + tuple(stride)
+                p4, d4 = (0,) + tuple(padding), (1,) + tuple(dilation)
+            else:
+                x4, k4, s4, p4, d4 = x, tuple(kernel), tuple(stride), tuple(padding), \
+                    tuple(dilation)
+            n, c, h, w = x4.shape
+            oh, ow = (N.pool_out_size(f"max_pool{nd}d", size, k, s, p, d, ceil_mode)
+                      for size, k, s, p, d in zip((h, w), k4, s4, p4, d4))
+            # the reference's layout: channels innermost when the input's are
+            cl = c > 1 and x4.strides[1] == x4.itemsize and x4.size > 0
+            shape = (n, oh, ow, c) if cl else (n, c, oh, ow)
+            vals = cp.empty(shape, x4.dtype)
+            idx = cp.empty(shape, np.int64) if with_indices else None
+            total = n * c * oh * ow
+            if total:
+                sx = _elem_strides(x4)
+                if sx is None:
+                    x4 = cp.ascontiguousarray(x4)
+                    sx = _elem_strides(x4)
+                threads = 256
+                grid = (min(-(-total // threads), _GRID_CAP),)
+                geo = (np.int64(total), np.int64(c), np.int64(h), np.int64(w),
+                       np.int64(oh), np.int64(ow), *(np.int64(s) for s in sx),
+                       *(np.int32(v) for v in (*k4, *s4, *p4, *d4)), np.int32(cl))
+                if with_indices:
+                    kernels[f"ember_max_pool2d_{kd}"](grid, (threads,),
+                                                      (x4, vals, idx) + geo)
+                else:
+                    kernels[f"ember_max_pool2d_values_{kd}"](grid, (threads,),
+                                                             (x4, vals) + geo)
+            outs = (vals, idx) if with_indices else (vals,)
+            if cl:
+                outs = tuple(o.transpose(0, 3, 1, 2) for o in outs)
+            if nd == 1:
+                outs = tuple(o[:, :, 0, :] for o in outs)
+            return outs if with_indices else outs[0]
+        return max_pool
+    return build
+
+
 #: op name -> builder(cupy, xp) -> fn(*arrays, **attrs)
 CUDA_IMPLS = {
     "erf": _erf_impl,
     "matmul": _matmul_impl,
     "adam_update": _adam_impl,
+    "cross_entropy_rows": _ce_impl,
+    "cross_entropy_rows_backward": _ce_bwd_impl,
+    "max_pool1d": _max_pool_impl(1, False),
+    "max_pool2d": _max_pool_impl(2, False),
+    "max_pool1d_with_indices": _max_pool_impl(1, True),
+    "max_pool2d_with_indices": _max_pool_impl(2, True),
 }
 
 
