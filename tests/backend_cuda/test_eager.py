@@ -22,8 +22,9 @@ from tests.conformance.test_ops import _inputs
 
 
 def _flat_calls():
-    """(op, operand kinds, attrs, out dtype) of every eligible op call with operands of the
-    output's shape that the conformance cases make (first shape set, every dtype), recorded
+    """(op, operand kinds, attrs, out dtype, cyclic flags) of every eligible op call with
+    operands of the output's shape (or repeating along leading dims) that the conformance
+    cases make (first shape set, every dtype), recorded
     on a NdArray backend."""
     calls = {}
     backend = NdArray()
@@ -31,46 +32,51 @@ def _flat_calls():
 
     def record(op, prims, attrs, meta, device):
         if eager.eligible(op) and meta[1] is not dt.bfloat16:
-            kinds = []
+            kinds, cyclic = [], []
             for p in prims:
-                if isinstance(p, np.ndarray) and p.shape == tuple(meta[0]):
+                if isinstance(p, np.ndarray) and (p.shape == tuple(meta[0]) or
+                                                  eager._repeats(p.shape, tuple(meta[0]))):
                     kinds.append(dt.from_numpy(p.dtype))
+                    cyclic.append(p.shape != tuple(meta[0]))
                 elif type(p) in (int, float, bool):
                     kinds.append(type(p))
                 else:
                     kinds = None
                     break
             if kinds and any(isinstance(k, dt.DType) for k in kinds):
-                key = (op.name, tuple(kinds), tuple(sorted(attrs.items())), meta[1])
-                calls.setdefault(key, (op, kinds, attrs, meta[1]))
+                key = (op.name, tuple(kinds), tuple(cyclic), tuple(sorted(attrs.items())),
+                       meta[1])
+                calls.setdefault(key, (op, kinds, attrs, meta[1], tuple(cyclic)))
         return inner(op, prims, attrs, meta, device)
 
     backend.execute = record
     dev = backend.device(0)
+    errors = []
     for case in CASES:
         for d in case.dtypes:
             rng = np.random.default_rng(zlib.crc32(repr((case.name, d)).encode()))
             try:
                 arrays = _inputs(case, case.shapes[0], d, rng)
                 case.fn(*[em.tensor(a, device=dev) for a in arrays])
-            except Exception:  # noqa: BLE001  (cases that test errors; recorded calls count)
-                pass
-    return list(calls.values())
+            except Exception as e:  # noqa: BLE001  (cases that test errors: calls still count)
+                errors.append(f"{case.name} [{d}]: {type(e).__name__}: {e}")
+    return list(calls.values()), errors
 
 
 def test_every_flat_kernel_compiles(tmp_path):
     compiler = CudaCompiler(cache_root=tmp_path)
     if not compiler.available:
         pytest.skip(f"NVRTC unavailable (compile-only checks skipped): {compiler.reason}")
-    calls = _flat_calls()
-    assert len(calls) > 150, f"only {len(calls)} eligible op calls recorded"
+    calls, errors = _flat_calls()
+    assert len(calls) > 150, f"only {len(calls)} eligible op calls recorded; the cases " \
+        f"raised: {errors[:5]}"
     failed, built = [], 0
-    for op, kinds, attrs, od in calls:
+    for op, kinds, attrs, od, cyclic in calls:
         try:
             kernel, _ = eager.flat_kernel(op, kinds, attrs, od)
             if kernel is None:
                 continue
-            rd = render_flat(kernel, eager.BLOCK)
+            rd = render_flat(kernel, eager.BLOCK, cyclic)
             assert f"{FLAT_NAME}(" in rd.source
             compiler.build(rd.source, default_arch())
             built += 1
@@ -147,15 +153,36 @@ def test_eager_steps_aside_and_agrees(dev):
     rng = np.random.default_rng(4)
     a = rng.normal(size=(6, 8)).astype(np.float32)
     ea = em.tensor(a, device=dev)
-    row = em.tensor(a[:1], device=dev)
+    col = em.tensor(a[:, :1], device=dev)
     before = _launches(dev)
-    np.testing.assert_array_equal((ea + row).numpy(), a + a[:1])          # broadcast
+    np.testing.assert_array_equal((ea + col).numpy(), a + a[:, :1])      # broadcast
     np.testing.assert_array_equal((ea.swap_dims(0, 1) * 2).numpy(), a.T * 2)  # strided
     bf = em.tensor(a, device=dev).cast("bf16")
     np.testing.assert_array_equal((bf + bf).numpy(), (em.tensor(a).cast("bf16") * 2).numpy())
     assert _launches(dev) == before
     np.testing.assert_array_equal((ea + ea).numpy(), a + a)
     assert _launches(dev) == before + 1
+
+
+@gpu
+def test_eager_reads_a_bias_with_a_period(dev):
+    rng = np.random.default_rng(5)
+    a = rng.normal(size=(4, 6, 8)).astype(np.float32)
+    for b in (a[0, 0], a[0, :1], a[:1], np.float32(2.5) * np.ones((), np.float32)):
+        before = _launches(dev)
+        got = (em.tensor(a, device=dev) - em.tensor(np.ascontiguousarray(b), device=dev))
+        np.testing.assert_array_equal(got.numpy(), a - b)
+        got = em.where(em.tensor(a, device=dev) > 0, em.tensor(np.ascontiguousarray(b),
+                                                               device=dev), 0.0)
+        np.testing.assert_array_equal(got.numpy(), np.where(a > 0, b, np.float32(0)))
+        assert _launches(dev) == before + 3      # (the comparison is one too)
+
+
+def test_repeats_is_broadcast_along_leading_dims():
+    assert eager._repeats((256,), (64, 256)) and eager._repeats((1, 256), (64, 256))
+    assert eager._repeats((), (3,)) and eager._repeats((6, 8), (4, 6, 8))
+    assert not eager._repeats((64, 1), (64, 256)) and not eager._repeats((2, 256), (64, 256))
+    assert not eager._repeats((3, 1, 8), (3, 8))
 
 
 @gpu

@@ -1,7 +1,8 @@
 """Eager elementwise ops as ember's own kernels, launched directly.
 
 An op with an IR ``expr`` (arithmetic, math, comparisons, ``where``, ``cast`` ...) whose array
-inputs are C-contiguous and of the output's shape runs as a `render_flat` kernel: compiled once
+inputs are C-contiguous and of the output's shape (or broadcast along leading dims only, as a
+bias is: read with a period) runs as a `render_flat` kernel: compiled once
 per op, dtypes and attrs (NVRTC, disk-cached), for every size after that, and launched with
 ``cuLaunchKernel`` (CuPy's binding) on the calling thread's stream, its parameters packed into
 a reused buffer. The kernel is the op's IR lowered as Fusion lowers it, so results are those
@@ -11,7 +12,7 @@ Why: a CuPy ufunc call costs 13-14 µs of host time on an H100 machine; an alloc
 3.7 µs) and a direct launch (about 4.5 µs) are what remains here. Small-tensor steps (the
 training steps of small models) are host-bound, one such call per op.
 
-Anything else runs the CuPy way: broadcasting or strided inputs, bf16 (CuPy has no bf16
+Anything else runs the CuPy way: other broadcasting, strided inputs, bf16 (CuPy has no bf16
 arithmetic; the backend computes it in f32), an op whose attrs keep changing (a compile per
 distinct value would not pay: after `MAX_VARIANTS` attr sets an op stays on CuPy), a user
 kernel registered for the op, a thread whose device is not the tensor's, or a kernel that
@@ -102,11 +103,21 @@ class EagerKernels:
         sig = []
         ptrs = []
         scalars = []
+        periods = None
         for p in prims:
             if type(p) is ndarray:
-                if p.shape != shape or not p._c_contiguous:
+                if not p._c_contiguous:
                     return None
-                sig.append(p.dtype)
+                ps = p.shape
+                if ps != shape:
+                    if not _repeats(ps, shape):
+                        return None
+                    if periods is None:
+                        periods = []
+                    periods.append(p.size)
+                    sig.append((p.dtype, True))
+                else:
+                    sig.append(p.dtype)
                 ptrs.append(p.data.ptr)
             elif type(p) in _SCALARS:
                 sig.append(type(p))
@@ -124,7 +135,7 @@ class EagerKernels:
         key = (op, tuple(sig), od, akey, device)
         k = self._kernels.get(key, False)
         if k is False:
-            k = self._build(key, op, prims, attrs, od)
+            k = self._build(key, op, prims, attrs, od, shape)
         if k is None:
             return None
         out = ndarray(shape, od.np)            # from the memory pool, like cupy.empty
@@ -141,7 +152,10 @@ class EagerKernels:
                                                        for i in range(_MAX_PARAMS)])
             slots = self._tls.slots = (buf, ctypes.addressof(addrs), addrs)
         buf, kp, _ = slots
-        struct.pack_into(k.fmt, buf, 0, *ptrs, out.data.ptr, *scalars, n)
+        if periods is None:
+            struct.pack_into(k.fmt, buf, 0, *ptrs, out.data.ptr, *scalars, n)
+        else:
+            struct.pack_into(k.fmt, buf, 0, *ptrs, out.data.ptr, *scalars, n, *periods)
         grid = (n + BLOCK - 1) // BLOCK
         cap = self._sms.get(device)
         if cap is None:
@@ -156,7 +170,7 @@ class EagerKernels:
         from ...kernel.cuda.device import device_info
         return device_info(device).sms
 
-    def _build(self, key, op, prims, attrs, od):
+    def _build(self, key, op, prims, attrs, od, shape):
         with self._lock:
             k = self._kernels.get(key, False)
             if k is not False:
@@ -164,27 +178,29 @@ class EagerKernels:
             seen = self._variants.setdefault(op, set())
             if key[3] not in seen and len(seen) >= MAX_VARIANTS:
                 return None              # not cached: a later attr set may be a known one
-            k = self._compile(op, prims, attrs, od)
+            k = self._compile(op, prims, attrs, od, shape)
             seen.add(key[3])
             self._kernels[key] = k
             return k
 
-    def _compile(self, op, prims, attrs, od):
+    def _compile(self, op, prims, attrs, od, meta_shape):
         """The flat kernel of ``op`` on these operands' dtypes (None: it cannot run here)."""
         rt = self._runtime()
         if rt is None:
             return None
         kinds = [dt.from_numpy(p.dtype) if type(p) is self._ndarray else type(p)
                  for p in prims]
+        cyclic = tuple(p.shape != meta_shape for p in prims if type(p) is self._ndarray)
         try:
             kernel, convert = flat_kernel(op, kinds, attrs, od)
             if kernel is None:
                 return None
-            module, fptr = rt.function(render_flat(kernel, BLOCK).source, FLAT_NAME)
+            rd = render_flat(kernel, BLOCK, cyclic)
+            module, fptr = rt.function(rd.source, FLAT_NAME)
         except Exception:  # noqa: BLE001  (an expr the renderer cannot take: CuPy runs it)
             return None
         fmt = "=" + "Q" * (len(kernel.inputs) + 1) + "".join(
-            "d" if a.is_float else "q" for a in kernel.args) + "q"
+            "d" if a.is_float else "q" for a in kernel.args) + "q" * (1 + sum(cyclic))
         return _Kernel(module, fptr, fmt, convert)
 
 
@@ -213,6 +229,16 @@ def flat_kernel(op, kinds, attrs, od):
                            float if cd.is_float else int)
     e = ir.cast(op.expr(*ins, **attrs), od)
     return ir.Elementwise((1,), tuple(views), (e,), (od,), tuple(args)), tuple(convert)
+
+
+def _repeats(part: tuple, shape: tuple) -> bool:
+    """Whether an operand of shape ``part`` broadcasts to ``shape`` along leading dims only
+    (its contiguous elements repeat with period ``prod(part)``: a bias)."""
+    k = len(part)
+    while k and part[len(part) - k] == 1:
+        k -= 1                                     # leading 1s
+    return k <= len(shape) and part[len(part) - k:] == shape[len(shape) - k:] and \
+        len(part) <= len(shape)
 
 
 def _half_scalar(v) -> float:

@@ -906,13 +906,15 @@ def _render_reduce(k: ir.Reduce, gen: _Gen, I: str, opts: Options) -> tuple:
 FLAT_NAME = "ember_flat"
 
 
-def render_flat(kernel: ir.Elementwise, block: int = 256) -> Rendered:
-    """An elementwise kernel over ``n`` contiguous elements, ``n`` a runtime parameter (the
-    last, ``long long``): one kernel per op and dtypes that serves every shape, which the
-    Cuda backend launches for eager ops instead of compiling one per shape. ``kernel``'s
-    inputs must be contiguous 1-d views (strides ``(1,)``, offset 0) and its expressions
-    must not read an ``Index``; its ``shape`` is ignored. A grid-stride loop, one element
-    per step, 64-bit positions."""
+def render_flat(kernel: ir.Elementwise, block: int = 256, cyclic: tuple = ()) -> Rendered:
+    """An elementwise kernel over ``n`` contiguous elements, ``n`` a runtime parameter
+    (``long long ember_n`` after the scalars): one kernel per op and dtypes that serves every
+    shape, which the Cuda backend launches for eager ops instead of compiling one per shape.
+    ``kernel``'s inputs must be contiguous 1-d views (strides ``(1,)``, offset 0) and its
+    expressions must not read an ``Index``; its ``shape`` is ignored. An input ``b`` with
+    ``cyclic[b]`` true repeats with period ``ember_m<b>`` (a parameter after ``ember_n``): a
+    tensor broadcast along leading dims, such as a bias. A grid-stride loop, one element per
+    step, 64-bit positions."""
     if not isinstance(kernel, ir.Elementwise):
         raise TypeError(f"render_flat: not an Elementwise kernel: {type(kernel).__name__}")
     if len(kernel.exprs) != len(kernel.out_dtypes):
@@ -929,13 +931,16 @@ def render_flat(kernel: ir.Elementwise, block: int = 256) -> Rendered:
 
     gen = _Gen(len(kernel.args))
     src = Src()
+    cyc = [b for b in range(len(kernel.inputs)) if b < len(cyclic) and cyclic[b]]
     params = _params(kernel, kernel.out_dtypes, False, False)
-    params = f"{params}, const long long ember_n" if params else "const long long ember_n"
+    params = ", ".join([params, "const long long ember_n"] +
+                       [f"const long long ember_m{b}" for b in cyc])
     src.open(f'extern "C" __global__ void __launch_bounds__({block}) {FLAT_NAME}({params})')
     src(*_arg_decls(kernel))
     src.open(f"for (long long i = (long long)blockIdx.x * {block} + threadIdx.x; "
              f"i < ember_n; i += (long long)gridDim.x * {block})")
-    sc = _Scope(gen, kernel.inputs, lambda b: f"in{b}[i]", no_index)
+    sc = _Scope(gen, kernel.inputs,
+                lambda b: f"in{b}[i % ember_m{b}]" if b in cyc else f"in{b}[i]", no_index)
     vals = [sc.value(e) for e in kernel.exprs]
     src(*sc.lines)
     for i, (e, od, val) in enumerate(zip(kernel.exprs, kernel.out_dtypes, vals)):
