@@ -15,7 +15,10 @@ ml_dtypes' own bf16 arithmetic) do. Views and matmul (cuBLAS runs bf16) take bf1
 """
 from __future__ import annotations
 
+import ctypes
 import inspect
+import struct
+import threading
 import types
 
 import ml_dtypes
@@ -116,8 +119,101 @@ def _adam_scalar(x, scalar_type):
     return float(scalar_type(float(x)))
 
 
+_ADAM_RAW = r"""
+extern "C" __global__ void __launch_bounds__(256) ember_adam_raw(
+    const T *__restrict__ pw, const T *__restrict__ pg, const T *__restrict__ pm,
+    const T *__restrict__ pv, T *__restrict__ pw_out, T *__restrict__ pm_out,
+    T *__restrict__ pv_out, const double beta1, const double beta2, const double k1,
+    const double k2, const double step, const double eps, const double decay, const double l2,
+    const int first, const int use_l2, const int use_decay, const long long n) {
+  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < n;
+       i += (long long)gridDim.x * 256) {
+    const T w = pw[i], g = pg[i], m = pm[i], v = pv[i];
+    T w_out, m_out, v_out;
+    {
+""" + ADAM_OP + r"""
+    }
+    pw_out[i] = w_out;
+    pm_out[i] = m_out;
+    pv_out[i] = v_out;
+  }
+}
+"""
+
+
+def adam_raw_source(ctype: str) -> str:
+    """The f32 (``float``) or f64 (``double``) adam_update kernel launched directly: the
+    ElementwiseKernel's arithmetic (`ADAM_OP`) over contiguous operands, without CuPy's
+    per-call processing of fifteen arguments."""
+    # (CuPy's headers define float16; here the specialization only needs the name)
+    return f"struct float16;\ntypedef {ctype} T;\n" + _ADAM_PLAIN + _ADAM_RAW
+
+
+class _AdamDirect:
+    """adam_update on contiguous f32/f64 operands of one shape through ``cuLaunchKernel``
+    (None from `__call__`: another path runs)."""
+
+    def __init__(self, cp):
+        from cupy_backends.cuda.api import driver
+        self.cp = cp
+        self._launch = driver.launchKernel
+        self._fns = {}
+        self._tls = threading.local()
+
+    def _fn(self, ctype):
+        dev = self.cp.cuda.runtime.getDevice()
+        f = self._fns.get((ctype, dev), False)
+        if f is False:
+            f = None
+            try:
+                from ...kernel.cuda.device import device_info
+                from ...kernel.cuda.runtime import default_runtime
+                rt = default_runtime()
+                if rt.available():
+                    mod, ptr = rt.function(adam_raw_source(ctype), "ember_adam_raw")
+                    f = (mod, ptr, max(1, device_info(dev).sms * 8))
+            except Exception:  # noqa: BLE001  (no NVRTC, a failed compile: CuPy's kernel)
+                f = None
+            self._fns[(ctype, dev)] = f
+        return f
+
+    def __call__(self, w, g, m, v, scalars, flags):
+        ctype = {"f": "float", "d": "double"}.get(w.dtype.char)
+        if ctype is None:
+            return None
+        shape, dtype = w.shape, w.dtype
+        for a in (w, g, m, v):
+            if a.shape != shape or a.dtype != dtype or not a._c_contiguous:
+                return None
+        f = self._fn(ctype)
+        if f is None:
+            return None
+        nd = self.cp.ndarray
+        outs = (nd(shape, dtype), nd(shape, dtype), nd(shape, dtype))
+        n = w.size
+        if n == 0:
+            return outs
+        slots = getattr(self._tls, "slots", None)
+        if slots is None:
+            buf = ctypes.create_string_buffer(8 * 19)
+            base = ctypes.addressof(buf)
+            addrs = (ctypes.c_void_p * 19)(*[base + 8 * i for i in range(19)])
+            slots = self._tls.slots = (buf, ctypes.addressof(addrs), addrs)
+        buf, kp, _ = slots
+        struct.pack_into("=7Q8d4q", buf, 0, w.data.ptr, g.data.ptr, m.data.ptr, v.data.ptr,
+                         *[o.data.ptr for o in outs], *scalars, *flags, n)
+        grid = (n + 255) // 256
+        self._launch(f[1], min(grid, f[2]), 1, 1, 256, 1, 1, 0,
+                     self.cp.cuda.get_current_stream().ptr, kp, 0)
+        return outs
+
+
 def _adam_impl(cp, xp):
     kernels = {}
+    try:
+        direct = _AdamDirect(cp)
+    except ImportError:                    # a CuPy without the driver binding
+        direct = None
 
     def kernel(bf16):
         k = kernels.get(bf16)
@@ -134,9 +230,13 @@ def _adam_impl(cp, xp):
             w, g, m, v = (a.astype(F32) for a in (w, g, m, v))
         st = np.float32 if bf16 else w.dtype.type
         l2, decay = float(l2), float(decay)
-        outs = kernel(bf16)(w, g, m, v, *[_adam_scalar(x, st) for x in (
-            beta1, beta2, k1, k2, step, eps, decay, l2)], int(bool(first)), int(l2 != 0.0),
-            int(decay != 1.0))
+        scalars = [_adam_scalar(x, st) for x in (beta1, beta2, k1, k2, step, eps, decay, l2)]
+        flags = (int(bool(first)), int(l2 != 0.0), int(decay != 1.0))
+        if direct is not None and not bf16:
+            outs = direct(w, g, m, v, scalars, flags)
+            if outs is not None:
+                return outs
+        outs = kernel(bf16)(w, g, m, v, *scalars, *flags)
         if bf16:
             return tuple(o.astype(BF16) for o in outs)
         return outs
