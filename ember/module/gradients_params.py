@@ -26,12 +26,13 @@ class GradientsParams:
         """The gradients in ``grads`` (from ``backward()``) of ``module``'s params that
         require grad; params with no gradient (unused, frozen, buffers) are left out."""
         out = cls()
+        into = out._grads
         for p in module.parameters():
-            if not p.require_grad_flag or not p.device.backend.is_autodiff:
+            if not p._require_grad_flag or not p._device.backend.is_autodiff:
                 continue
             g = p.grad(grads)
             if g is not None:
-                out._grads[p.id] = g
+                into[p._param_id] = g
         return out
 
     @classmethod

@@ -40,6 +40,9 @@ def _holds_state(v) -> bool:
     return False
 
 
+_NO_NAME = object()   # `_Transform._value` given a whole path (a dict key may be None)
+
+
 def _join(prefix: str, name) -> str:
     return f"{prefix}.{name}" if prefix else str(name)
 
@@ -83,22 +86,34 @@ class _Transform:
         new = object.__new__(type(m))
         self.memo[key] = new
         d = new.__dict__
+        value = self._value
         for name, v in m.__dict__.items():
-            d[name] = v if type(v) in _PLAIN else self.value(v, _join(prefix, name))
+            if type(v) in _PLAIN or (type(v) is tuple and not _holds_state(v)):
+                d[name] = v          # (a layer's tuples of ints: kept as they are)
+            else:
+                d[name] = value(v, prefix, name)
         if self.module_fn is not None:
             self.module_fn(new)
         return new
 
     def value(self, v, path: str):
+        return v if type(v) in _PLAIN else self._value(v, path, _NO_NAME)
+
+    def _value(self, v, prefix: str, name):
+        """``v`` (not a plain value) transformed; its path is ``_join(prefix, name)`` (just
+        ``prefix`` when ``name`` is _NO_NAME), built only for what needs it (params, modules,
+        containers holding them), not for the tuples of ints layers keep."""
         if isinstance(v, Param):
-            return self.param(v, path)
+            return self.param(v, prefix if name is _NO_NAME else _join(prefix, name))
         if isinstance(v, Module):
-            return self.module(v, path)
+            return self.module(v, prefix if name is _NO_NAME else _join(prefix, name))
         if isinstance(v, _CONTAINERS) and _holds_state(v):
+            path = prefix if name is _NO_NAME else _join(prefix, name)
+            value = self._value
             if isinstance(v, dict):
-                return _rebuild_container(v, [(k, self.value(x, _join(path, k)))
+                return _rebuild_container(v, [(k, x if type(x) in _PLAIN else value(x, path, k))
                                               for k, x in v.items()])
-            return _rebuild_container(v, [self.value(x, _join(path, i))
+            return _rebuild_container(v, [x if type(x) in _PLAIN else value(x, path, i)
                                           for i, x in enumerate(v)])
         if self.const_fn is not None and isinstance(v, Tensor):
             return self.const_fn(v)
@@ -178,10 +193,25 @@ class Module:
                 v._walk(path, seen, out_params, out_modules)
         elif isinstance(v, dict):
             for k, x in v.items():
-                Module._walk_value(x, _join(path, k), seen, out_params, out_modules)
+                if type(x) not in _PLAIN:
+                    Module._walk_value(x, _join(path, k), seen, out_params, out_modules)
         elif isinstance(v, (list, tuple)):
             for i, x in enumerate(v):
-                Module._walk_value(x, _join(path, i), seen, out_params, out_modules)
+                if type(x) not in _PLAIN:   # (layers keep tuples of ints: no paths for them)
+                    Module._walk_value(x, _join(path, i), seen, out_params, out_modules)
+
+    def _collect_params(self, seen: set, out: list) -> None:
+        """`named_parameters` without the paths (what `parameters` needs): the same params
+        in the same order, found by the same rules."""
+        for v in self.__dict__.values():
+            if type(v) in _PLAIN:
+                continue
+            if type(v) is tuple:          # (a layer's tuples of ints, mostly)
+                for x in v:
+                    if type(x) not in _PLAIN:
+                        _collect_value(x, seen, out)
+            else:
+                _collect_value(v, seen, out)
 
     def named_parameters(self) -> list[tuple[str, Param]]:
         """``[(path, param)]`` in definition order, paths like ``"layers.0.weight"`` (dict
@@ -191,7 +221,11 @@ class Module:
         return out
 
     def parameters(self) -> list[Param]:
-        return [p for _, p in self.named_parameters()]
+        if type(self).named_parameters is not Module.named_parameters:
+            return [p for _, p in self.named_parameters()]   # a subclass's own listing
+        out: list = []
+        self._collect_params({id(self)}, out)
+        return out
 
     def named_modules(self) -> list[tuple[str, "Module"]]:
         """``[(path, module)]`` of this module ("") and every sub-module, depth first."""
@@ -376,6 +410,22 @@ class Module:
 
     def __repr__(self) -> str:
         return _module_repr(self, set())
+
+
+def _collect_value(v, seen: set, out: list) -> None:
+    """`Module._walk_value` collecting params only, with no paths (``v`` is not plain)."""
+    if isinstance(v, Param):
+        if id(v) not in seen:
+            seen.add(id(v))
+            out.append(v)
+    elif isinstance(v, Module):
+        if id(v) not in seen:
+            seen.add(id(v))
+            v._collect_params(seen, out)
+    elif isinstance(v, (dict, list, tuple)):
+        for x in (v.values() if isinstance(v, dict) else v):
+            if type(x) not in _PLAIN:
+                _collect_value(x, seen, out)
 
 
 def _pattern_str(pattern) -> str:

@@ -36,13 +36,7 @@ class Param(Tensor):
     def __new__(cls, tensor, *, id: str | None = None, require_grad: bool = True):
         t = _as_tensor(tensor)
         flag = bool(require_grad)
-        if t._device.backend.is_autodiff:
-            t = t.require_grad() if flag else t.detach()
-        p = object.__new__(cls)
-        p._prim, p._device, p._shape, p._dtype = t._prim, t._device, t._shape, t._dtype
-        p._param_id = new_param_id() if id is None else str(id)
-        p._require_grad_flag = flag
-        return p
+        return _new_param(cls, t, new_param_id() if id is None else str(id), flag)
 
     def __init__(self, tensor=None, *, id=None, require_grad=True):  # noqa: A002
         pass  # everything happens in __new__ (Tensor.__init__ must not run)
@@ -76,7 +70,11 @@ class Param(Tensor):
     def with_tensor(self, tensor) -> "Param":
         """A new Param with this id and flag holding ``tensor`` (made a leaf that requires
         grad on an autodiff device iff the flag is set)."""
-        return type(self)(tensor, id=self._param_id, require_grad=self._require_grad_flag)
+        cls = type(self)
+        if cls.__new__ is Param.__new__ and cls.__init__ is Param.__init__:
+            # what the constructor does, without its call (optimizers run this per param)
+            return _new_param(cls, tensor, self._param_id, self._require_grad_flag)
+        return cls(tensor, id=self._param_id, require_grad=self._require_grad_flag)
 
     def with_require_grad(self, flag: bool) -> "Param":
         """The same values and id with the require-grad flag set to ``flag``."""
@@ -121,6 +119,18 @@ class Param(Tensor):
         """One line: shape, dtype, and flag (used by module reprs)."""
         flag = "" if self._require_grad_flag else ", require_grad=False"
         return f"Param(shape={list(self._shape)}, dtype={self._dtype.short}{flag})"
+
+
+def _new_param(cls, tensor, pid: str, flag: bool) -> Param:
+    """A ``cls`` Param with id ``pid`` and flag ``flag`` holding ``tensor``."""
+    t = tensor if isinstance(tensor, Tensor) else _as_tensor(tensor)
+    if t._device.backend.is_autodiff:
+        t = t.require_grad() if flag else t.detach()
+    p = object.__new__(cls)
+    p._prim, p._device, p._shape, p._dtype = t._prim, t._device, t._shape, t._dtype
+    p._param_id = pid
+    p._require_grad_flag = flag
+    return p
 
 
 def _rebuild_param(cls, tensor, pid, flag):

@@ -24,6 +24,8 @@ _REDUCTIONS = ("mean", "sum", "none")
 
 
 def _reduction(op, r, extra=()):
+    if r in _REDUCTIONS:
+        return r
     if r not in _REDUCTIONS + tuple(extra):
         raise ConfigError(f"{op}: reduction must be one of {_REDUCTIONS + tuple(extra)}, got "
                           f"{r!r}")
@@ -99,10 +101,11 @@ def _cross_entropy(op, input, target, weight, ignore_index, reduction, label_smo
     eps = float(label_smoothing)
     if not 0.0 <= eps <= 1.0:
         raise ConfigError(f"{op}: label_smoothing must be in [0, 1], got {eps}")
-    if input.ndim == 0:
+    ndim = len(input._shape)
+    if ndim == 0:
         raise ShapeError(f"{op}: input must be [N, C, *] or [C], got a 0-d tensor")
-    cdim = 0 if input.ndim == 1 else 1
-    c = input.shape[cdim]
+    cdim = 0 if ndim == 1 else 1
+    c = input._shape[cdim]
     w = _as_tensor(weight, input, "weight")
     if not log_probs and w is None and not eps and target.dtype.kind == "int":
         return _class_cross_entropy(op, input, target, cdim, ignore_index, reduction)
@@ -149,12 +152,15 @@ def _cross_entropy(op, input, target, weight, ignore_index, reduction, label_smo
 def _class_cross_entropy(op, input, target, cdim, ignore_index, reduction):
     """Cross entropy of logits and int classes, unweighted and unsmoothed (the common case):
     one `cross_entropy_rows` primitive, forward and backward, instead of the composite."""
-    want = tuple(input.shape[:cdim]) + tuple(input.shape[cdim + 1:])
+    shape = input._shape
+    want = shape[:cdim] + shape[cdim + 1:]
     if tuple(target.shape) != want:
         raise ShapeError(f"{op}: target {tuple(target.shape)} must have shape {want} for "
                          f"input {tuple(input.shape)} (the input without its class dim)")
-    rows, valid = apply(CROSS_ENTROPY_ROWS, (_classes_last(op, input), target.reshape(-1)),
-                        {"ignore_index": int(ignore_index)})
+    # (a [N, C] input and an [N] target are already the rows: no reshapes to look at)
+    x = input if cdim == 1 and len(shape) == 2 and shape[1] else _classes_last(op, input)
+    t = target if len(want) == 1 else target.reshape(-1)
+    rows, valid = apply(CROSS_ENTROPY_ROWS, (x, t), {"ignore_index": int(ignore_index)})
     if reduction == "none":
         return rows.reshape(want)
     if reduction == "sum":

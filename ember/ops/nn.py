@@ -90,9 +90,20 @@ def _transpose_out_size(n, k, s, p, op_, d):
 def _grad_output_padding(in_size, out_size, kernel, stride, padding, dilation):
     """The output_padding that makes conv_transpose of a conv's output grad as large as the
     conv's input (the rows a strided conv never read)."""
+    try:    # (a pure function of tuples of ints, asked the same at every training step)
+        return _grad_output_padding_cached(in_size, out_size, kernel, stride, padding,
+                                           dilation)
+    except TypeError:   # an unhashable argument (a list): computed as it is
+        return _grad_output_padding_of(in_size, out_size, kernel, stride, padding, dilation)
+
+
+def _grad_output_padding_of(in_size, out_size, kernel, stride, padding, dilation):
     return tuple(n + 2 * p - d * (k - 1) - 1 - (o - 1) * s
                  for n, o, k, s, p, d in zip(in_size, out_size, kernel, stride, padding,
                                               dilation))
+
+
+_grad_output_padding_cached = functools.lru_cache(maxsize=1024)(_grad_output_padding_of)
 
 
 def _pad(x, lo, hi, nd, value=0.0, xp=np):
@@ -641,7 +652,17 @@ def _max_pool_backward_np(g, indices, input_size, disjoint=False, *, xp=np):
 
 def _disjoint_windows(kernel, stride, dilation) -> bool:
     """Whether pooling windows never overlap (each stride at least the window's extent)."""
+    try:    # (asked with the same tuples of ints at every training step)
+        return _disjoint_windows_cached(kernel, stride, dilation)
+    except TypeError:   # an unhashable argument (a list)
+        return _disjoint_windows_of(kernel, stride, dilation)
+
+
+def _disjoint_windows_of(kernel, stride, dilation) -> bool:
     return all(s >= d * (k - 1) + 1 for k, s, d in zip(kernel, stride, dilation))
+
+
+_disjoint_windows_cached = functools.lru_cache(maxsize=1024)(_disjoint_windows_of)
 
 
 def _declare_max_pool(nd):

@@ -19,6 +19,7 @@ import math
 
 import ember as em
 from ember.errors import ConfigError, RecordError
+from ember.module.gradients_params import GradientsParams
 
 from . import _io
 from .groups import ParamGroup
@@ -105,7 +106,10 @@ class Optimizer:
         state, group_of, new = self._state, self._group_of, {}
         seen = None if self._groups_checked else [False] * nconst
         update, resolve = self._update, self._resolve
+        unverified = self._unverified
         get_grad = grads.get
+        # a GradientsParams is read by param id directly (what its `get` does)
+        by_id = grads._grads.get if type(grads) is GradientsParams else None
 
         def visit(path, param):
             pid = param.id
@@ -116,7 +120,7 @@ class Optimizer:
             gi = group_of.get(pid)
             if gi is None:
                 gi = group_of[pid] = resolve(path, pid)
-            g = get_grad(param)
+            g = get_grad(param) if by_id is None else by_id(pid)
             if g is None:
                 return param
             c = consts[gi]
@@ -128,7 +132,7 @@ class Optimizer:
             if g.device is not inner:
                 g = g.to_device(inner)
             rec = state.get(pid)
-            if rec is not None and (rec[1] is not inner or pid in self._unverified):
+            if rec is not None and (rec[1] is not inner or pid in unverified):
                 rec = self._adopt(pid, rec, w, inner)
             w2, rec = update(w, g, rec, c)
             if w2.dtype is not w.dtype:

@@ -22,8 +22,11 @@ def wrap(prim, device, shape, dtype):
     return t
 
 
-def _device_of(op, inputs):
+def apply(op, inputs: tuple, attrs: dict = _EMPTY):
+    """Run a registry op on tensors (and scalars) and wrap the result(s)."""
+    # the device check and the primitives in one pass
     dev = None
+    prims = []
     for x in inputs:
         if isinstance(x, Tensor):
             if dev is None:
@@ -31,20 +34,21 @@ def _device_of(op, inputs):
             elif x._device is not dev:
                 raise DeviceError(f"{op.name}: tensors are on different devices, {dev} and "
                                   f"{x._device}; move one with .to_device(...) first")
+            prims.append(x._prim)
+        else:
+            prims.append(x)
     if dev is None:
         raise DeviceError(f"{op.name}: needs at least one tensor input")
-    return dev
-
-
-def apply(op, inputs: tuple, attrs: dict = _EMPTY):
-    """Run a registry op on tensors (and scalars) and wrap the result(s)."""
-    dev = _device_of(op, inputs)
     meta = op.infer(*inputs, **attrs)
-    prims = tuple(x._prim if isinstance(x, Tensor) else x for x in inputs)
-    out = dev._execute(op, prims, attrs, meta, dev)
+    out = dev._execute(op, tuple(prims), attrs, meta, dev)
     if op.nout == 1:
-        return wrap(out, dev, meta[0], meta[1])
-    return tuple(wrap(o, dev, m[0], m[1]) for o, m in zip(out, meta))
+        t = _new(Tensor)                 # (wrap, inlined)
+        t._prim = out
+        t._device = dev
+        t._shape = meta[0]
+        t._dtype = meta[1]
+        return t
+    return tuple([wrap(o, dev, m[0], m[1]) for o, m in zip(out, meta)])
 
 
 def create(op, device, attrs: dict):
@@ -59,7 +63,12 @@ def unary(op, x, attrs: dict = _EMPTY):
         raise DTypeError(f"{op.name}: expects a Tensor, got {type(x).__name__}")
     meta = op.infer(x, **attrs)
     dev = x._device
-    return wrap(dev._execute(op, (x._prim,), attrs, meta, dev), dev, meta[0], meta[1])
+    t = _new(Tensor)                 # (wrap, inlined: every op passes here)
+    t._prim = dev._execute(op, (x._prim,), attrs, meta, dev)
+    t._device = dev
+    t._shape = meta[0]
+    t._dtype = meta[1]
+    return t
 
 
 def _is_scalar(v):
@@ -76,8 +85,12 @@ def binary(op, a, b):
                     op.promote == "float" and not d.is_float):
                 return _binary_promoted(op, a, b)
             meta = op.infer(a, b)
-            out = dev._execute(op, (a._prim, b._prim), _EMPTY, meta, dev)
-            return wrap(out, dev, meta[0], meta[1])
+            t = _new(Tensor)             # (wrap, inlined)
+            t._prim = dev._execute(op, (a._prim, b._prim), _EMPTY, meta, dev)
+            t._device = dev
+            t._shape = meta[0]
+            t._dtype = meta[1]
+            return t
         t, s, left = a, b, True
     elif isinstance(b, Tensor):
         t, s, left = b, a, False

@@ -14,7 +14,8 @@ import math
 from .. import dtype as dt
 from ..errors import DTypeError, ShapeError
 from ..ops import nn as N
-from .dispatch import apply
+from ..ops import view as V
+from .dispatch import apply, unary
 
 __all__ = [
     "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d",
@@ -60,6 +61,27 @@ def _ints(op, name, v, nd, minimum):
     return t
 
 
+# Normalized attrs of conv and pool calls, by the identity of the arguments as given: a layer
+# passes the same tuple objects on every call (and literals such as ``stride=1`` are shared
+# objects too), so a call after the first skips normalizing them. An entry keeps its
+# arguments alive, so an id in a key cannot be reused by another object while the entry
+# lives; only immutable arguments (ints, bools, None and tuples, which normalized fine, so
+# hold ints) are cached, and only normalizations that succeeded: a bad argument raises on
+# every call. The attrs dicts are shared by the calls that hit (ops never mutate attrs).
+_ATTRS: dict = {}
+_ATTRS_MAX = 1024
+_IMMUTABLE = frozenset({int, bool, tuple, type(None)})
+
+
+def _cache_attrs(key, args, attrs):
+    if len(_ATTRS) >= _ATTRS_MAX:
+        _ATTRS.clear()          # a workload that builds its arguments anew on every call
+    for a in args:
+        if type(a) not in _IMMUTABLE:
+            return
+    _ATTRS[key] = (args, attrs)
+
+
 def _batched(op, x, nd):
     """``x`` with a batch dim (unbatched ``[C, *S]`` inputs get one), and whether it was
     added."""
@@ -88,7 +110,11 @@ def _add_bias(op, out, bias, nd):
     if bias._dtype is not out._dtype:
         raise DTypeError(f"{op}: bias is {bias._dtype.short} but input and weight are "
                          f"{out._dtype.short}; cast it first")
-    return out + bias.reshape((1, c) + (1,) * nd)
+    # (the reshape primitive at once: the shape is known to be valid)
+    return out + unary(V.RESHAPE, bias, {"shape": (1, c) + _ONES[nd]})
+
+
+_ONES = {1: (1,), 2: (1, 1)}
 
 
 # -- convolutions ---------------------------------------------------------------------------
@@ -114,15 +140,26 @@ def _conv_padding(op, padding, weight, dilation, stride, nd):
 
 
 def _conv(nd, x, weight, bias, stride, padding, dilation, groups):
-    op = f"conv{nd}d"
+    op = _CONV_NAME[nd]
     x, added = _batched(op, x, nd)
     _tensor(op, weight, "weight")
-    stride = _ints(op, "stride", stride, nd, 1)
-    dilation = _ints(op, "dilation", dilation, nd, 1)
-    padding = _conv_padding(op, padding, weight, dilation, stride, nd)
-    out = apply(_CONV[nd], (x, weight), {"stride": stride, "padding": padding,
-                                         "dilation": dilation, "groups": groups})
+    key = ("conv", nd, id(stride), id(padding), id(dilation), id(groups))
+    hit = _ATTRS.get(key)
+    if hit is not None:
+        attrs = hit[1]
+    else:
+        args = (nd, stride, padding, dilation, groups)
+        stride = _ints(op, "stride", stride, nd, 1)
+        dilation = _ints(op, "dilation", dilation, nd, 1)
+        padding = _conv_padding(op, padding, weight, dilation, stride, nd)
+        attrs = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
+        # (a string padding is left out by _cache_attrs: 'same' depends on the weight)
+        _cache_attrs(key, args, attrs)
+    out = apply(_CONV[nd], (x, weight), attrs)
     return _unbatch(_add_bias(op, out, bias, nd), added)
+
+
+_CONV_NAME = {1: "conv1d", 2: "conv2d"}
 
 
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
@@ -141,11 +178,17 @@ def _conv_transpose(nd, x, weight, bias, stride, padding, output_padding, groups
     op = f"conv_transpose{nd}d"
     x, added = _batched(op, x, nd)
     _tensor(op, weight, "weight")
-    attrs = {"stride": _ints(op, "stride", stride, nd, 1),
-             "padding": _ints(op, "padding", padding, nd, 0),
-             "output_padding": _ints(op, "output_padding", output_padding, nd, 0),
-             "dilation": _ints(op, "dilation", dilation, nd, 1),
-             "groups": groups}
+    key = ("conv_t", nd, id(stride), id(padding), id(output_padding), id(dilation), id(groups))
+    hit = _ATTRS.get(key)
+    if hit is not None:
+        attrs = hit[1]
+    else:
+        attrs = {"stride": _ints(op, "stride", stride, nd, 1),
+                 "padding": _ints(op, "padding", padding, nd, 0),
+                 "output_padding": _ints(op, "output_padding", output_padding, nd, 0),
+                 "dilation": _ints(op, "dilation", dilation, nd, 1),
+                 "groups": groups}
+        _cache_attrs(key, (nd, stride, padding, output_padding, dilation, groups), attrs)
     out = apply(_CONV_T[nd], (x, weight), attrs)
     return _unbatch(_add_bias(op, out, bias, nd), added)
 
@@ -168,20 +211,29 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
 
 # -- pooling --------------------------------------------------------------------------------
 def _max_pool(nd, x, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
-    op = f"max_pool{nd}d"
+    op = _MAX_NAME[nd]
     x, added = _batched(op, x, nd)
-    kernel = _ints(op, "kernel_size", kernel_size, nd, 1)
-    attrs = {"kernel": kernel,
-             "stride": kernel if stride is None else _ints(op, "stride", stride, nd, 1),
-             "padding": _ints(op, "padding", padding, nd, 0),
-             "dilation": _ints(op, "dilation", dilation, nd, 1),
-             "ceil_mode": bool(ceil_mode)}
+    key = ("max", nd, id(kernel_size), id(stride), id(padding), id(dilation), id(ceil_mode))
+    hit = _ATTRS.get(key)
+    if hit is not None:
+        attrs = hit[1]
+    else:
+        kernel = _ints(op, "kernel_size", kernel_size, nd, 1)
+        attrs = {"kernel": kernel,
+                 "stride": kernel if stride is None else _ints(op, "stride", stride, nd, 1),
+                 "padding": _ints(op, "padding", padding, nd, 0),
+                 "dilation": _ints(op, "dilation", dilation, nd, 1),
+                 "ceil_mode": bool(ceil_mode)}
+        _cache_attrs(key, (nd, kernel_size, stride, padding, dilation, ceil_mode), attrs)
     if return_indices:
         return _unbatch(apply(_MAX_IDX[nd], (x,), attrs), added)
     if x.is_require_grad():
         # the backward needs the argmax: computed now, instead of a second pooling later
         return _unbatch(apply(_MAX_IDX[nd], (x,), attrs)[0], added)
     return _unbatch(apply(_MAX[nd], (x,), attrs), added)
+
+
+_MAX_NAME = {1: "max_pool1d", 2: "max_pool2d"}
 
 
 def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,
@@ -201,11 +253,19 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bo
 def _avg_pool(nd, x, kernel_size, stride, padding, ceil_mode, count_include_pad):
     op = f"avg_pool{nd}d"
     x, added = _batched(op, x, nd)
-    kernel = _ints(op, "kernel_size", kernel_size, nd, 1)
-    attrs = {"kernel": kernel,
-             "stride": kernel if stride is None else _ints(op, "stride", stride, nd, 1),
-             "padding": _ints(op, "padding", padding, nd, 0),
-             "ceil_mode": bool(ceil_mode), "count_include_pad": bool(count_include_pad)}
+    key = ("avg", nd, id(kernel_size), id(stride), id(padding), id(ceil_mode),
+           id(count_include_pad))
+    hit = _ATTRS.get(key)
+    if hit is not None:
+        attrs = hit[1]
+    else:
+        kernel = _ints(op, "kernel_size", kernel_size, nd, 1)
+        attrs = {"kernel": kernel,
+                 "stride": kernel if stride is None else _ints(op, "stride", stride, nd, 1),
+                 "padding": _ints(op, "padding", padding, nd, 0),
+                 "ceil_mode": bool(ceil_mode), "count_include_pad": bool(count_include_pad)}
+        _cache_attrs(key, (nd, kernel_size, stride, padding, ceil_mode, count_include_pad),
+                     attrs)
     return _unbatch(apply(_AVG[nd], (x,), attrs), added)
 
 

@@ -20,13 +20,15 @@ def _resolve_shape(op, x, shape):
         shape = shape[0]
     shape = tuple([int(s) for s in shape])
     if -1 in shape:
-        if shape.count(-1) > 1:
+        i = shape.index(-1)
+        if -1 in shape[i + 1:]:
             raise ShapeError(f"{op}: at most one dim can be -1, got {shape}")
-        known = numel(s for s in shape if s != -1)
+        rest = shape[:i] + shape[i + 1:]
+        known = numel(rest)
         total = numel(x._shape)
         if known == 0 or total % known:
             raise ShapeError(f"{op}: cannot reshape {x._shape} ({total} elements) to {shape}")
-        shape = tuple(total // known if s == -1 else s for s in shape)
+        shape = shape[:i] + (total // known,) + shape[i + 1:]
     if shape and min(shape) < 0:
         raise ShapeError(f"{op}: shape {shape} has a negative size; valid: sizes >= 0 and "
                          f"one -1")
@@ -41,6 +43,15 @@ def _dims_arg(dims):
 
 def reshape(x, *shape):
     """``x`` with a new shape of the same element count; one dim may be -1."""
+    if len(shape) == 1 and type(shape[0]) is tuple:
+        # the common call of derivative rules, ``g.reshape(x._shape)``: a tuple of ints >= 0
+        # is already what _resolve_shape would make of it
+        s = shape[0]
+        for d in s:
+            if type(d) is not int or d < 0:
+                break
+        else:
+            return x if s == x._shape else unary(V.RESHAPE, x, {"shape": s})
     shape = _resolve_shape("reshape", x, shape)
     if shape == x._shape:
         return x
@@ -75,13 +86,24 @@ def permute(x, *dims):
 def swap_dims(x, dim0: int, dim1: int):
     """``x`` with dims ``dim0`` and ``dim1`` exchanged (Burn's swap_dims)."""
     n = len(x._shape)
-    a = canonical_dim("swap_dims", dim0, n)
-    b = canonical_dim("swap_dims", dim1, n)
-    if a == b:
-        return x
-    dims = list(range(n))
-    dims[a], dims[b] = b, a
-    return unary(V.PERMUTE, x, {"dims": tuple(dims)})
+    key = (n, dim0, dim1)
+    dims = _SWAPS.get(key) if type(dim0) is int and type(dim1) is int else None
+    if dims is None:
+        a = canonical_dim("swap_dims", dim0, n)
+        b = canonical_dim("swap_dims", dim1, n)
+        if a == b:
+            return x
+        dims = list(range(n))
+        dims[a], dims[b] = b, a
+        dims = tuple(dims)
+        if type(dim0) is int and type(dim1) is int and len(_SWAPS) < 4096:
+            _SWAPS[key] = dims
+    return unary(V.PERMUTE, x, {"dims": dims})
+
+
+# (ndim, dim0, dim1) -> the permutation of a valid swap of two distinct dims, for exact ints
+# only (True == 1 must not find the entry of 1: canonical_dim refuses bools)
+_SWAPS: dict = {}
 
 
 def transpose(x, dim0: int = -2, dim1: int = -1):

@@ -73,8 +73,9 @@ class Autodiff(Backend):
         if track and op.vjp is not None and meta[0][1].is_float and \
                 (_ACTIVE[0] == 0 or getattr(_state, "enabled", True)):
             node = Node(op, prims, out, meta, attrs)
-        return (ADPrim(out[0], node, meta[0]),) + tuple(
-            ADPrim(o, None, m) for o, m in zip(out[1:], meta[1:]))
+        res = [ADPrim(o, None, m) for o, m in zip(out, meta)]
+        res[0].node = node
+        return tuple(res)
 
     # -- data -----------------------------------------------------------------------------
     def from_numpy(self, array, device):
