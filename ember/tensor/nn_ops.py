@@ -73,13 +73,20 @@ _ATTRS_MAX = 1024
 _IMMUTABLE = frozenset({int, bool, tuple, type(None)})
 
 
-def _cache_attrs(key, args, attrs):
+def _cached_attrs(key, args, build, *build_args):
+    """The attrs ``build(*build_args)`` normalizes from ``args``, cached under ``key`` (the
+    ids of ``args``) as described above."""
+    hit = _ATTRS.get(key)
+    if hit is not None:
+        return hit[1]
+    attrs = build(*build_args)
     if len(_ATTRS) >= _ATTRS_MAX:
         _ATTRS.clear()          # a workload that builds its arguments anew on every call
     for a in args:
         if type(a) not in _IMMUTABLE:
-            return
+            return attrs
     _ATTRS[key] = (args, attrs)
+    return attrs
 
 
 def _batched(op, x, nd):
@@ -139,22 +146,21 @@ def _conv_padding(op, padding, weight, dilation, stride, nd):
     return _ints(op, "padding", padding, nd, 0)
 
 
+def _conv_attrs(op, nd, weight, stride, padding, dilation, groups):
+    stride = _ints(op, "stride", stride, nd, 1)
+    dilation = _ints(op, "dilation", dilation, nd, 1)
+    padding = _conv_padding(op, padding, weight, dilation, stride, nd)
+    return {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
+
+
 def _conv(nd, x, weight, bias, stride, padding, dilation, groups):
     op = _CONV_NAME[nd]
     x, added = _batched(op, x, nd)
     _tensor(op, weight, "weight")
-    key = ("conv", nd, id(stride), id(padding), id(dilation), id(groups))
-    hit = _ATTRS.get(key)
-    if hit is not None:
-        attrs = hit[1]
-    else:
-        args = (nd, stride, padding, dilation, groups)
-        stride = _ints(op, "stride", stride, nd, 1)
-        dilation = _ints(op, "dilation", dilation, nd, 1)
-        padding = _conv_padding(op, padding, weight, dilation, stride, nd)
-        attrs = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
-        # (a string padding is left out by _cache_attrs: 'same' depends on the weight)
-        _cache_attrs(key, args, attrs)
+    # (a string padding is never cached: 'same' depends on the weight)
+    attrs = _cached_attrs(("conv", nd, id(stride), id(padding), id(dilation), id(groups)),
+                          (nd, stride, padding, dilation, groups), _conv_attrs, op, nd,
+                          weight, stride, padding, dilation, groups)
     out = apply(_CONV[nd], (x, weight), attrs)
     return _unbatch(_add_bias(op, out, bias, nd), added)
 
@@ -174,21 +180,22 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 
     return _conv(2, x, weight, bias, stride, padding, dilation, groups)
 
 
+def _conv_transpose_attrs(op, nd, stride, padding, output_padding, dilation, groups):
+    return {"stride": _ints(op, "stride", stride, nd, 1),
+            "padding": _ints(op, "padding", padding, nd, 0),
+            "output_padding": _ints(op, "output_padding", output_padding, nd, 0),
+            "dilation": _ints(op, "dilation", dilation, nd, 1),
+            "groups": groups}
+
+
 def _conv_transpose(nd, x, weight, bias, stride, padding, output_padding, groups, dilation):
     op = f"conv_transpose{nd}d"
     x, added = _batched(op, x, nd)
     _tensor(op, weight, "weight")
-    key = ("conv_t", nd, id(stride), id(padding), id(output_padding), id(dilation), id(groups))
-    hit = _ATTRS.get(key)
-    if hit is not None:
-        attrs = hit[1]
-    else:
-        attrs = {"stride": _ints(op, "stride", stride, nd, 1),
-                 "padding": _ints(op, "padding", padding, nd, 0),
-                 "output_padding": _ints(op, "output_padding", output_padding, nd, 0),
-                 "dilation": _ints(op, "dilation", dilation, nd, 1),
-                 "groups": groups}
-        _cache_attrs(key, (nd, stride, padding, output_padding, dilation, groups), attrs)
+    attrs = _cached_attrs(
+        ("conv_t", nd, id(stride), id(padding), id(output_padding), id(dilation), id(groups)),
+        (nd, stride, padding, output_padding, dilation, groups), _conv_transpose_attrs, op, nd,
+        stride, padding, output_padding, dilation, groups)
     out = apply(_CONV_T[nd], (x, weight), attrs)
     return _unbatch(_add_bias(op, out, bias, nd), added)
 
@@ -210,21 +217,22 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
 
 
 # -- pooling --------------------------------------------------------------------------------
+def _max_pool_attrs(op, nd, kernel_size, stride, padding, dilation, ceil_mode):
+    kernel = _ints(op, "kernel_size", kernel_size, nd, 1)
+    return {"kernel": kernel,
+            "stride": kernel if stride is None else _ints(op, "stride", stride, nd, 1),
+            "padding": _ints(op, "padding", padding, nd, 0),
+            "dilation": _ints(op, "dilation", dilation, nd, 1),
+            "ceil_mode": bool(ceil_mode)}
+
+
 def _max_pool(nd, x, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
     op = _MAX_NAME[nd]
     x, added = _batched(op, x, nd)
-    key = ("max", nd, id(kernel_size), id(stride), id(padding), id(dilation), id(ceil_mode))
-    hit = _ATTRS.get(key)
-    if hit is not None:
-        attrs = hit[1]
-    else:
-        kernel = _ints(op, "kernel_size", kernel_size, nd, 1)
-        attrs = {"kernel": kernel,
-                 "stride": kernel if stride is None else _ints(op, "stride", stride, nd, 1),
-                 "padding": _ints(op, "padding", padding, nd, 0),
-                 "dilation": _ints(op, "dilation", dilation, nd, 1),
-                 "ceil_mode": bool(ceil_mode)}
-        _cache_attrs(key, (nd, kernel_size, stride, padding, dilation, ceil_mode), attrs)
+    attrs = _cached_attrs(
+        ("max", nd, id(kernel_size), id(stride), id(padding), id(dilation), id(ceil_mode)),
+        (nd, kernel_size, stride, padding, dilation, ceil_mode), _max_pool_attrs, op, nd,
+        kernel_size, stride, padding, dilation, ceil_mode)
     if return_indices:
         return _unbatch(apply(_MAX_IDX[nd], (x,), attrs), added)
     if x.is_require_grad():
@@ -250,22 +258,22 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bo
     return _max_pool(2, x, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
+def _avg_pool_attrs(op, nd, kernel_size, stride, padding, ceil_mode, count_include_pad):
+    kernel = _ints(op, "kernel_size", kernel_size, nd, 1)
+    return {"kernel": kernel,
+            "stride": kernel if stride is None else _ints(op, "stride", stride, nd, 1),
+            "padding": _ints(op, "padding", padding, nd, 0),
+            "ceil_mode": bool(ceil_mode), "count_include_pad": bool(count_include_pad)}
+
+
 def _avg_pool(nd, x, kernel_size, stride, padding, ceil_mode, count_include_pad):
     op = f"avg_pool{nd}d"
     x, added = _batched(op, x, nd)
-    key = ("avg", nd, id(kernel_size), id(stride), id(padding), id(ceil_mode),
-           id(count_include_pad))
-    hit = _ATTRS.get(key)
-    if hit is not None:
-        attrs = hit[1]
-    else:
-        kernel = _ints(op, "kernel_size", kernel_size, nd, 1)
-        attrs = {"kernel": kernel,
-                 "stride": kernel if stride is None else _ints(op, "stride", stride, nd, 1),
-                 "padding": _ints(op, "padding", padding, nd, 0),
-                 "ceil_mode": bool(ceil_mode), "count_include_pad": bool(count_include_pad)}
-        _cache_attrs(key, (nd, kernel_size, stride, padding, ceil_mode, count_include_pad),
-                     attrs)
+    attrs = _cached_attrs(
+        ("avg", nd, id(kernel_size), id(stride), id(padding), id(ceil_mode),
+         id(count_include_pad)),
+        (nd, kernel_size, stride, padding, ceil_mode, count_include_pad), _avg_pool_attrs, op,
+        nd, kernel_size, stride, padding, ceil_mode, count_include_pad)
     return _unbatch(apply(_AVG[nd], (x,), attrs), added)
 
 

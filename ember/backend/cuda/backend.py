@@ -90,7 +90,7 @@ class Cuda(Backend):
         run = self._runners.get(op)
         if run is None:
             run = self._runners[op] = self._runner(op)
-            self._eager_ops[op] = self._eager is not None and self._eager.eligible(op)
+            self._eager_ops[op] = self._eager is not None and _eager.eligible(op)
         scope = self._tls.__dict__.get(device.index) or self.scope(device.index)
         order = scope.order
         try:

@@ -20,15 +20,14 @@ does not compile. ``EMBER_CUDA_EAGER=0`` turns the path off.
 """
 from __future__ import annotations
 
-import ctypes
 import os
-import struct
 import threading
 
 import numpy as np
 
 from ... import dtype as dt
 from ...kernel import ir
+from ...kernel.cuda.launch import MAX_PARAMS, DirectLauncher
 from ...kernel.cuda.render import FLAT_NAME, render_flat
 from ..fusion.lower import load_expr
 
@@ -40,7 +39,6 @@ MAX_VARIANTS = 16
 BLOCK = 256
 _CATEGORIES = frozenset({"unary", "binary", "cast", "other"})
 _SCALARS = (int, float, bool)
-_MAX_PARAMS = 32
 
 
 def eligible(op) -> bool:
@@ -84,16 +82,11 @@ class EagerKernels:
         self._runtime = runtime
         self._ndarray = cp.ndarray
         self._get_device = cp.cuda.runtime.getDevice
-        from cupy_backends.cuda.api import driver
-        self._launch = driver.launchKernel
+        self._direct = DirectLauncher()
         self._kernels: dict = {}       # key -> _Kernel, or None where it cannot run
         self._variants: dict = {}      # op -> set of attr keys compiled
-        self._sms: dict = {}           # device -> SM count
-        self._tls = threading.local()
         self._lock = threading.Lock()
         self.launches = 0
-
-    eligible = staticmethod(lambda op: eligible(op))
 
     # -- the op path ----------------------------------------------------------------------
     def run(self, op, prims, attrs, meta, stream_ptr, device: int):
@@ -144,32 +137,18 @@ class EagerKernels:
             return out
         if scalars:
             scalars = [c(v) for v, c in zip(scalars, k.scalars)]
-        slots = getattr(self._tls, "slots", None)
-        if slots is None:
-            buf = ctypes.create_string_buffer(8 * _MAX_PARAMS)
-            base = ctypes.addressof(buf)
-            addrs = (ctypes.c_void_p * _MAX_PARAMS)(*[base + 8 * i
-                                                       for i in range(_MAX_PARAMS)])
-            slots = self._tls.slots = (buf, ctypes.addressof(addrs), addrs)
-        buf, kp, _ = slots
+        direct = self._direct
         if periods is None:
-            struct.pack_into(k.fmt, buf, 0, *ptrs, out.data.ptr, *scalars, n)
+            kp = direct.pack(k.fmt, *ptrs, out.data.ptr, *scalars, n)
         else:
-            struct.pack_into(k.fmt, buf, 0, *ptrs, out.data.ptr, *scalars, n, *periods)
+            kp = direct.pack(k.fmt, *ptrs, out.data.ptr, *scalars, n, *periods)
         grid = (n + BLOCK - 1) // BLOCK
-        cap = self._sms.get(device)
-        if cap is None:
-            cap = self._sms[device] = max(1, self._sm_count(device) * (2048 // BLOCK))
-        self._launch(k.fptr, grid if grid < cap else cap, 1, 1, BLOCK, 1, 1, 0,
-                     stream_ptr, kp, 0)
+        direct.launch(k.fptr, min(grid, direct.grid_cap(device, BLOCK)), BLOCK, stream_ptr,
+                      kp)
         self.launches += 1
         return out
 
     # -- building ---------------------------------------------------------------------------
-    def _sm_count(self, device: int) -> int:
-        from ...kernel.cuda.device import device_info
-        return device_info(device).sms
-
     def _build(self, key, op, prims, attrs, od, shape):
         with self._lock:
             k = self._kernels.get(key, False)
@@ -211,7 +190,7 @@ def flat_kernel(op, kinds, attrs, od):
     where the path does not apply (bf16, too many operands)."""
     dtypes = [k for k in kinds if isinstance(k, dt.DType)]
     if not dtypes or dt.bfloat16 in dtypes or od is dt.bfloat16 or \
-            2 * len(kinds) + 2 >= _MAX_PARAMS:
+            2 * len(kinds) + 2 > MAX_PARAMS:
         return None, ()
     # a scalar operand takes the dtype of the op's tensors (`where`: of its result), as
     # Fusion's lowering does; a f16 op rounds it to f16 first (NumPy's weak scalar)

@@ -15,10 +15,7 @@ ml_dtypes' own bf16 arithmetic) do. Views and matmul (cuBLAS runs bf16) take bf1
 """
 from __future__ import annotations
 
-import ctypes
 import inspect
-import struct
-import threading
 import types
 
 import ml_dtypes
@@ -154,24 +151,20 @@ class _AdamDirect:
     (None from `__call__`: another path runs)."""
 
     def __init__(self, cp):
-        from cupy_backends.cuda.api import driver
+        from ...kernel.cuda.launch import DirectLauncher
         self.cp = cp
-        self._launch = driver.launchKernel
+        self._direct = DirectLauncher()
         self._fns = {}
-        self._tls = threading.local()
 
-    def _fn(self, ctype):
-        dev = self.cp.cuda.runtime.getDevice()
+    def _fn(self, ctype, dev):
         f = self._fns.get((ctype, dev), False)
         if f is False:
             f = None
             try:
-                from ...kernel.cuda.device import device_info
                 from ...kernel.cuda.runtime import default_runtime
                 rt = default_runtime()
                 if rt.available():
-                    mod, ptr = rt.function(adam_raw_source(ctype), "ember_adam_raw")
-                    f = (mod, ptr, max(1, device_info(dev).sms * 8))
+                    f = rt.function(adam_raw_source(ctype), "ember_adam_raw")
             except Exception:  # noqa: BLE001  (no NVRTC, a failed compile: CuPy's kernel)
                 f = None
             self._fns[(ctype, dev)] = f
@@ -185,7 +178,8 @@ class _AdamDirect:
         for a in (w, g, m, v):
             if a.shape != shape or a.dtype != dtype or not a._c_contiguous:
                 return None
-        f = self._fn(ctype)
+        dev = self.cp.cuda.runtime.getDevice()
+        f = self._fn(ctype, dev)
         if f is None:
             return None
         nd = self.cp.ndarray
@@ -193,18 +187,11 @@ class _AdamDirect:
         n = w.size
         if n == 0:
             return outs
-        slots = getattr(self._tls, "slots", None)
-        if slots is None:
-            buf = ctypes.create_string_buffer(8 * 19)
-            base = ctypes.addressof(buf)
-            addrs = (ctypes.c_void_p * 19)(*[base + 8 * i for i in range(19)])
-            slots = self._tls.slots = (buf, ctypes.addressof(addrs), addrs)
-        buf, kp, _ = slots
-        struct.pack_into("=7Q8d4q", buf, 0, w.data.ptr, g.data.ptr, m.data.ptr, v.data.ptr,
+        direct = self._direct
+        kp = direct.pack("=7Q8d4q", w.data.ptr, g.data.ptr, m.data.ptr, v.data.ptr,
                          *[o.data.ptr for o in outs], *scalars, *flags, n)
-        grid = (n + 255) // 256
-        self._launch(f[1], min(grid, f[2]), 1, 1, 256, 1, 1, 0,
-                     self.cp.cuda.get_current_stream().ptr, kp, 0)
+        direct.launch(f[1], min((n + 255) // 256, direct.grid_cap(dev, 256)), 256,
+                      self.cp.cuda.get_current_stream().ptr, kp)
         return outs
 
 

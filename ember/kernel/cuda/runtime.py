@@ -24,9 +24,7 @@ candidates with CUDA events. Programs keep one loaded module per device.
 """
 from __future__ import annotations
 
-import ctypes
 import os
-import struct
 import threading
 
 import numpy as np
@@ -37,13 +35,13 @@ from ..autotune import shape_bucket, structure_hash
 from ..c_family import loads_of
 from .compiler import default_arch, get_compiler
 from .device import cupy_or_reason, cuda_runtime_major, device_info
+from .launch import MAX_PARAMS, DirectLauncher
 from .render import Options, render
 from .tune import DEFAULT, CudaVariant, get_tuner, min_work
 
 __all__ = ["CudaKernelRuntime", "CudaProgram", "default_runtime"]
 
 WAVES = 8     # grid cap: this many waves of fully occupied multiprocessors
-_pack_into = struct.pack_into
 
 
 def _ranges(kernel) -> list:
@@ -124,12 +122,11 @@ class CudaKernelRuntime:
         self._bf16 = None
         self._bf16_alloc = None
         self._tls = threading.local()
-        self._direct = None            # cupy's cuLaunchKernel binding, when it has one
+        self._direct = None            # a DirectLauncher, where CuPy has the binding
         self._stream_ptr = None
         if self._cp is not None and os.environ.get("EMBER_CUDA_DIRECT_LAUNCH", "1") != "0":
             try:
-                from cupy_backends.cuda.api import driver
-                self._direct = driver.launchKernel
+                self._direct = DirectLauncher()
                 st = self._cp.cuda.stream
                 self._stream_ptr = getattr(st, "get_current_stream_ptr", None) or \
                     (lambda: st.get_current_stream().ptr)
@@ -458,25 +455,15 @@ class CudaKernelRuntime:
         (nothing launched) when it cannot, e.g. without a current context in this thread;
         CuPy's path then launches."""
         tl = self._tls
-        slots = getattr(tl, "slots", None)
-        if slots is None:
-            if getattr(tl, "no_direct", False):
-                return False
-            buf = ctypes.create_string_buffer(8 * 64)
-            base = ctypes.addressof(buf)
-            addrs = (ctypes.c_void_p * 64)(*[base + 8 * i for i in range(64)])
-            slots = tl.slots = (buf, ctypes.addressof(addrs), addrs)
-        if b.n_params > 64:
+        if b.n_params > MAX_PARAMS or getattr(tl, "no_direct", False):
             return False
-        buf, kp, _ = slots
-        _pack_into(b.fmt, buf, 0, *ptrs, *argv)
+        direct = self._direct
+        kp = direct.pack(b.fmt, *ptrs, *argv)
         try:
             stream = self._stream_ptr()
-            launch = self._direct
             for _, fptr, grid, block in b.calls:
-                launch(fptr, grid[0], 1, 1, block[0], 1, 1, 0, stream, kp, 0)
+                direct.launch(fptr, grid[0], block[0], stream, kp)
         except Exception:
-            tl.slots = None
             tl.no_direct = True         # this thread launches through CuPy from now on
             return False
         return True
