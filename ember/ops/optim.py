@@ -129,7 +129,12 @@ def _adam_decompose(w, g, m, v, *, beta1, beta2, k1, k2, step, eps, decay, l2, f
     return (w * decay if decay != 1.0 else w) - upd, m, v
 
 
+def _adam_decompose_key(*, l2, decay, first, **_):
+    """What steers `_adam_decompose`'s code (its float attrs are scalar operands only)."""
+    return (first, bool(l2), decay != 1.0)
+
+
 ADAM_UPDATE = declare(
     "adam_update", "optim", nin=4, attrs=ADAM_ATTRS, infer=_adam_infer, numpy=_adam_numpy,
-    nout=3, decompose=_adam_decompose,
+    nout=3, decompose=_adam_decompose, decompose_key=_adam_decompose_key,
     doc="one Adam/AdamW step: (w, g, m, v) -> (w', m', v') (see ember/ops/optim.py)")

@@ -24,7 +24,14 @@ A declaration (`Op`) carries:
 * ``decompose(*inputs, **attrs)``: optional, the op written with other ember Tensor ops (the
   same results, bit for bit), returning its output(s). A backend may run that instead of the
   primitive: Fusion does for large tensors, so the elementwise ops of a fused primitive
-  (``adam_update``) still fuse into one generated kernel (docs/fusion.md).
+  (``adam_update``) still fuse into one generated kernel (docs/fusion.md);
+* ``decompose_key(**attrs)``: optional, for an op whose float attrs change from call to call
+  (Adam's ``step``): a hashable value holding every attr that is not a float and every
+  predicate of a float attr that steers ``decompose``'s Python code. Every float attr must
+  then reach ``decompose``'s Tensor ops unchanged, as a scalar operand (never computed with
+  in Python, never a divisor), so a backend may trace the decomposition once per key and
+  pass the float attrs at run time (Fusion's replays of small primitives,
+  ``ember/backend/fusion/replay.py``); without it, a trace is keyed by every attr's value.
 
 Backends implement ops by name or fall back to ``numpy`` (with their own ``xp``); decorators
 forward them; tests iterate over ``OPS``.
@@ -38,10 +45,11 @@ OPS: dict[str, "Op"] = {}
 
 class Op:
     __slots__ = ("name", "category", "nin", "attrs", "infer", "numpy", "vjp", "expr",
-                 "promote", "nout", "doc", "vjp_needs", "decompose", "__weakref__")
+                 "promote", "nout", "doc", "vjp_needs", "decompose", "decompose_key",
+                 "__weakref__")
 
     def __init__(self, name, category, nin, attrs, infer, numpy, vjp, expr, promote, nout, doc,
-                 vjp_needs=False, decompose=None):
+                 vjp_needs=False, decompose=None, decompose_key=None):
         self.name = name
         self.category = category
         self.nin = nin
@@ -55,6 +63,7 @@ class Op:
         self.doc = doc
         self.vjp_needs = vjp_needs
         self.decompose = decompose
+        self.decompose_key = decompose_key
 
     @property
     def differentiable(self) -> bool:
@@ -75,14 +84,14 @@ CATEGORIES = {"unary", "binary", "reduce", "view", "index", "matmul", "conv", "p
 def declare(name: str, category: str, *, nin: int, infer: Callable, numpy: Callable,
             vjp: Callable | None = None, attrs: tuple = (), expr=None, promote: str | None = None,
             nout: int = 1, doc: str = "", vjp_needs: bool = False,
-            decompose: Callable | None = None) -> Op:
+            decompose: Callable | None = None, decompose_key: Callable | None = None) -> Op:
     """Declare a primitive op. Each name is declared exactly once."""
     if name in OPS:
         raise RuntimeError(f"op {name!r} is declared twice")
     if category not in CATEGORIES:
         raise RuntimeError(f"op {name!r}: unknown category {category!r}")
     op = Op(name, category, nin, tuple(attrs), infer, numpy, vjp, expr, promote, nout, doc,
-            vjp_needs, decompose)
+            vjp_needs, decompose, decompose_key)
     OPS[name] = op
     return op
 

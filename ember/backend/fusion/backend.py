@@ -33,7 +33,7 @@ from ...ops.registry import OPS
 from ..base import Backend
 from . import runtime as _rt
 from .cache import PlanCache
-from .stats import EAGER, INNER, VIEW_OP, OP_COUNTS as _OPS
+from .stats import EAGER, INNER, REPLAY, VIEW_OP, OP_COUNTS as _OPS
 from .planner import EW, RED, VIEW
 from .stream import _SIGS, FusionPrim, Node, Stream, _transposed, numel, sig_of
 
@@ -50,6 +50,10 @@ _wrap = None   # ember.tensor.dispatch.wrap, imported on first use (the Tensor A
 #: f32 a chain of 4 elementwise ops breaks even with NumPy on one thread, of 2 on two threads:
 #: docs/fusion.md)
 DEFAULT_MIN_NUMEL = 1 << 16
+#: a small primitive with a decomposition runs as its replayed kernels (`replay.Replays`)
+#: from this many elements, on the inner backend below: a kernel launched from Python costs
+#: ~8 µs on the CPU, where NumPy's passes of Adam's update on 2^11 f32 take about as long
+REPLAY_MIN_NUMEL = 1 << 11
 #: a flushed stream part that is a single op runs on the inner backend below this many
 #: elements (a kernel fusing one op only wins when it is large enough to run threaded)
 SINGLE_OP_MIN = 1 << 17
@@ -128,7 +132,15 @@ class Fusion(Backend):
         self.inner = inner
         self.kind = inner.kind
         self.runtime = _rt.resolve(inner, runtime)
+        self._runtime_arg = runtime
         self.min_numel = _min_numel(min_numel)
+        #: small decomposable primitives of at least `REPLAY_MIN_NUMEL` elements replayed as
+        #: cached kernels (`replay.Replays`, made on first use); False: off
+        #: (``EMBER_FUSION_REPLAY=0``, no kernel runtime, everything recorded, or a GPU,
+        #: where it has not been measured yet)
+        self._replays = None if (self.min_numel and self.runtime is not None and
+                                 inner.kind == "cpu" and
+                                 os.environ.get("EMBER_FUSION_REPLAY", "1") != "0") else False
         #: a flushed part that is a single op on fewer elements runs on the inner backend
         self.single_below = max(self.min_numel, SINGLE_OP_MIN) if self.min_numel else 0
         self.plans = PlanCache()
@@ -195,6 +207,11 @@ class Fusion(Backend):
         except KeyError:            # the first op of its kind and output shape
             how = self._decide(op, meta[0])
         if how:
+            if how == REPLAY:
+                out = self._replay(op, prims, attrs, meta, device)
+                if out is not None:
+                    return out
+                how = INNER
             _OPS[how] += 1
             dev = device.inner
             return dev._execute(op, prims, attrs, meta, dev)
@@ -226,7 +243,10 @@ class Fusion(Backend):
         elif kind is EW and self._is_small(shape):
             how = EAGER
         elif kind is DECOMP:
-            how = INNER if self._is_small(shape if op.nout == 1 else shape[0]) else 0
+            first = shape if op.nout == 1 else shape[0]
+            how = 0 if not self._is_small(first) else \
+                REPLAY if self._replays is not False and numel(first) >= REPLAY_MIN_NUMEL \
+                else INNER
         else:
             how = 0
         by_shape = self._how.get(op)
@@ -246,7 +266,13 @@ class Fusion(Backend):
         if not kind:
             return self._inner(op, prims, attrs, meta, device)
         if kind is DECOMP:
-            if self._is_small(meta[0] if op.nout == 1 else meta[0][0]):
+            first = meta[0] if op.nout == 1 else meta[0][0]
+            if self._is_small(first):
+                if self._replays is not False and numel(first) >= REPLAY_MIN_NUMEL:
+                    vals = tuple([_value(p) if type(p) is FusionPrim else p for p in prims])
+                    out = self._replay(op, vals, attrs, meta, device)
+                    if out is not None:
+                        return out
                 return self._inner(op, prims, attrs, meta, device)
             return self._decomposed(op, prims, attrs, device)
         try:
@@ -420,6 +446,15 @@ class Fusion(Backend):
         prim = FusionPrim(cur)
         cur.ref = weakref.ref(prim)
         return prim
+
+    def _replay(self, op, prims, attrs, meta, device):
+        """``op`` (small, with a decomposition, its inputs ready) as its traced kernels
+        (`replay.Replays`), or None: it runs on the inner backend."""
+        r = self._replays
+        if r is None:
+            from .replay import Replays
+            r = self._replays = Replays(Fusion(self.inner, self._runtime_arg, 0))
+        return r.run(op, prims, attrs, meta, device)
 
     def _decomposed(self, op, prims, attrs, device):
         """Run ``op`` as ``op.decompose``: Tensor ops on this device, which record and fuse

@@ -29,9 +29,11 @@ class Counts:
 
 #: the per-op counters, bumped without a lock or a thread lookup (``OP_COUNTS[EAGER] +=
 #: 1``; several threads running ops at once may lose a count): ``eager_ops``, ``inner_ops``
-#: and views of ready values (not reported)
-EAGER, INNER, VIEW_OP = 1, 2, 3
-OP_COUNTS = [0, 0, 0, 0]
+#: and views of ready values (not reported); `REPLAY` marks, in the Fusion backend's
+#: per-op decisions, a small primitive run as its replayed decomposition (counted as
+#: ``inner_ops`` when it cannot be)
+EAGER, INNER, VIEW_OP, REPLAY = 1, 2, 3, 4
+OP_COUNTS = [0, 0, 0, 0, 0]
 
 _lock = threading.Lock()
 _live = set()              # the Counts of running threads

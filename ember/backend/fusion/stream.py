@@ -214,24 +214,28 @@ class Stream:
                     n.inputs = None
                 pend.clear()
 
+    def needed(self, targets) -> list:
+        """The pending nodes that computing ``targets`` needs, in recording order."""
+        pend = self.pending
+        seen, stack = set(), list(targets)
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            for x in n.inputs:
+                if type(x) is Node and x.value is None:
+                    stack.append(x)
+        if len(seen) * 4 >= len(pend):
+            return [n for n in pend if n in seen]
+        return sorted(seen, key=_seq_of)
+
     def flush(self, targets, sub=None):
         """Compute the targets (pending nodes of this stream) and what they need, ``sub``
         (default: found from the targets), in recording order."""
         pend = self.pending
         if sub is None:
-            seen, stack = set(), list(targets)
-            while stack:
-                n = stack.pop()
-                if n in seen:
-                    continue
-                seen.add(n)
-                for x in n.inputs:
-                    if type(x) is Node and x.value is None:
-                        stack.append(x)
-            if len(seen) * 4 >= len(pend):
-                sub = [n for n in pend if n in seen]
-            else:
-                sub = sorted(seen, key=_seq_of)
+            sub = self.needed(targets)
         backend = self.backend
         c = S.counts()
         c.recorded_ops += len(sub)
@@ -248,63 +252,7 @@ class Stream:
             n.inputs = None
             del pend[n]
             return
-        # the plan-cache key: per node its structure id, its number of inputs and each as a
-        # relative id (earlier nodes by position >= 0, external buffers -1-2k, scalars
-        # -2-2j), and whether it is needed afterwards; per external buffer its shape, dtype
-        # and strides
-        pos = {}
-        flat = []
-        internal = [0] * len(sub)
-        ext_vals, ext_key, ext_ids, scalars, raw = [], [], {}, [], []
-        i = 0
-        for n in sub:
-            pos[n] = i
-            i += 1
-            ins = n.inputs
-            flat.append(n.sig.id)
-            flat.append(len(ins))
-            for x in ins:
-                t = type(x)
-                if t is Node:
-                    p = pos.get(x)
-                    if p is not None:
-                        internal[p] += 1
-                        flat.append(p)
-                        continue
-                    v = x.value
-                    direct = False
-                elif t is float or t is int or t is bool:
-                    j = -2 - 2 * len(scalars)
-                    sig = n.sig
-                    if sig.op.name == "div" and x is ins[1] and \
-                            scalar_tag("div", 1, x, sig.dtype) == "r":
-                        j -= _RECIPROCAL_KEY        # planned as a multiply (`scalar_tag`)
-                    flat.append(j)
-                    scalars.append(x)
-                    continue
-                else:
-                    v = x
-                    direct = True
-                k = ext_ids.get(id(v))
-                if k is None:
-                    k = len(ext_vals)
-                    ext_ids[id(v)] = k
-                    if type(v) is not np.ndarray:
-                        v = backend.inner.as_array(v)   # NdArray: NumPy scalars -> arrays
-                    ext_vals.append(v)
-                    ext_key.append((v.shape, v.dtype, v.strides))
-                    raw.append(1 if direct else -1)
-                elif direct and raw[k] >= 0:
-                    raw[k] += 1
-                else:
-                    # a buffer reached through a node's value is never reused in place
-                    raw[k] = -1
-                flat.append(-1 - 2 * k)
-        tset = targets if len(targets) < 4 else set(targets)
-        outs = tuple([n in tset or ((r := n.ref) is not None and r() is not None)
-                      or n.nusers > internal[j] for j, n in enumerate(sub)])
-        key = (tuple(flat), outs, tuple(ext_key))
-        x = v = r = None        # no stray references: buffer reuse counts them
+        key, ext_vals, scalars, raw, outs = plan_key(sub, targets, backend)
         c.flushes += 1
         E = len(ext_vals)
         try:
@@ -334,6 +282,70 @@ class Stream:
                 n.value = vals[E + j]
             n.inputs = None
             del pend[n]
+
+
+def plan_key(sub, targets, backend):
+    """The plan-cache key of flushing ``sub`` (pending nodes, in recording order) for
+    ``targets``, with the external buffers, the scalars, per external buffer how many
+    pending-node inputs hold it directly (-1: reached through a node's value), and per node
+    whether its value is wanted afterwards."""
+    # the plan-cache key: per node its structure id, its number of inputs and each as a
+    # relative id (earlier nodes by position >= 0, external buffers -1-2k, scalars
+    # -2-2j), and whether it is needed afterwards; per external buffer its shape, dtype
+    # and strides
+    pos = {}
+    flat = []
+    internal = [0] * len(sub)
+    ext_vals, ext_key, ext_ids, scalars, raw = [], [], {}, [], []
+    i = 0
+    for n in sub:
+        pos[n] = i
+        i += 1
+        ins = n.inputs
+        flat.append(n.sig.id)
+        flat.append(len(ins))
+        for x in ins:
+            t = type(x)
+            if t is Node:
+                p = pos.get(x)
+                if p is not None:
+                    internal[p] += 1
+                    flat.append(p)
+                    continue
+                v = x.value
+                direct = False
+            elif t is float or t is int or t is bool:
+                j = -2 - 2 * len(scalars)
+                sig = n.sig
+                if sig.op.name == "div" and x is ins[1] and \
+                        scalar_tag("div", 1, x, sig.dtype) == "r":
+                    j -= _RECIPROCAL_KEY        # planned as a multiply (`scalar_tag`)
+                flat.append(j)
+                scalars.append(x)
+                continue
+            else:
+                v = x
+                direct = True
+            k = ext_ids.get(id(v))
+            if k is None:
+                k = len(ext_vals)
+                ext_ids[id(v)] = k
+                if type(v) is not np.ndarray:
+                    v = backend.inner.as_array(v)   # NdArray: NumPy scalars -> arrays
+                ext_vals.append(v)
+                ext_key.append((v.shape, v.dtype, v.strides))
+                raw.append(1 if direct else -1)
+            elif direct and raw[k] >= 0:
+                raw[k] += 1
+            else:
+                # a buffer reached through a node's value is never reused in place
+                raw[k] = -1
+            flat.append(-1 - 2 * k)
+    tset = targets if len(targets) < 4 else set(targets)
+    outs = tuple([n in tset or ((r := n.ref) is not None and r() is not None)
+                  or n.nusers > internal[j] for j, n in enumerate(sub)])
+    key = (tuple(flat), outs, tuple(ext_key))
+    return key, ext_vals, scalars, raw, outs
 
 
 def _new_entry(sub, targets, backend, raw_vals) -> _Entry:
