@@ -1,0 +1,183 @@
+#!/usr/bin/env python
+"""Where a GPU training step's time goes: GPU busy time against host time, per framework.
+
+For each model of ``bench/gpu.py``'s training rows (``mlp``, ``lenet``, ``gpt``), ember on
+``Autodiff(Fusion(Cuda))`` and PyTorch eager run the same step (forward, cross-entropy,
+backward, AdamW) from the same weights. For each contender it reports:
+
+- the wall time per step (synchronized, best of a few runs);
+- the GPU busy time per step and the kernels that take it, from ``torch.profiler``'s CUDA
+  activity (CUPTI sees every kernel on the device, CuPy's and ember's too);
+- for ember, the host time by function from ``cProfile`` (top entries by own time and by
+  cumulative time), and the per-step counts of ``em.fusion.stats()``.
+
+A step whose wall time is far above its GPU busy time is host-bound: the host path is where
+to look. This is a diagnostic, not a benchmark: its numbers are not targets and are not
+recorded as results in BENCHMARKS.md.
+
+    python bench/gpu_profile.py [--models mlp,lenet,gpt] [--steps 20] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+import gpu as G  # noqa: E402  (bench/gpu.py: models, sizes, data)
+
+em = G.em
+np = G.np
+
+
+def _ember_step(kind: str, sizes: dict):
+    from ember import nn, optim
+    Mlp, LeNet, Gpt = G.ember_models()
+    dev = em.device("cuda").autodiff()
+    dev.seed(0)
+    model = (Mlp(sizes["mlp"], device=dev) if kind == "mlp" else
+             LeNet(device=dev) if kind == "lenet" else Gpt(sizes["gpt"], device=dev))
+    ctx = type("Ctx", (), {"sizes": sizes})()
+    x_h, y_h = G.training_data(kind, ctx)
+    x, y = em.tensor(x_h, device=dev), em.tensor(y_h, device=dev)
+    loss_fn, opt = nn.CrossEntropyLoss(), optim.AdamW(lr=G.LR, weight_decay=G.WEIGHT_DECAY)
+    holder = {"m": model}
+
+    def step():
+        m_ = holder["m"]
+        out = m_(x)
+        loss = loss_fn(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+        grads = em.GradientsParams.from_grads(loss.backward(), m_)
+        holder["m"] = opt.step(G.LR, m_, grads)
+    return step, lambda: dev.sync(), model
+
+
+def _torch_step(kind: str, sizes: dict, ember_model):
+    import torch
+    F = torch.nn.functional
+    Mlp, LeNet, Gpt = G.torch_models(torch)
+    net = Mlp(sizes["mlp"]) if kind == "mlp" else LeNet() if kind == "lenet" \
+        else Gpt(sizes["gpt"])
+    cpu_model = ember_model.to_device(em.device("cpu"))
+    G.copy_weights(torch, cpu_model, net)
+    net = net.cuda()
+    ctx = type("Ctx", (), {"sizes": sizes})()
+    x_h, y_h = G.training_data(kind, ctx)
+    x, y = torch.from_numpy(x_h).cuda(), torch.from_numpy(y_h).cuda()
+    opt = torch.optim.AdamW(net.parameters(), lr=G.LR, weight_decay=G.WEIGHT_DECAY)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        out = net(x)
+        F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)).backward()
+        opt.step()
+    return step, torch.cuda.synchronize
+
+
+def _wall_ms(step, sync, steps: int) -> float:
+    best = float("inf")
+    for _ in range(3):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync()
+        best = min(best, (time.perf_counter() - t0) / steps)
+    return best * 1e3
+
+
+def _gpu_kernels(step, sync, steps: int) -> dict:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    sync()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        sync()
+    by_name: dict = {}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            d = by_name.setdefault(ev.name, [0, 0.0])
+            d[0] += 1
+            d[1] += ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time
+    busy_us = sum(v[1] for v in by_name.values()) / steps
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:25]
+    return {"gpu_busy_ms": busy_us / 1e3,
+            "kernels_per_step": sum(v[0] for v in by_name.values()) / steps,
+            "top": [{"name": k[:110], "calls_per_step": v[0] / steps,
+                     "us_per_step": v[1] / steps} for k, v in top]}
+
+
+def _host_profile(step, sync, steps: int) -> str:
+    pr = cProfile.Profile()
+    sync()
+    pr.enable()
+    for _ in range(steps):
+        step()
+    sync()
+    pr.disable()
+    out = io.StringIO()
+    st = pstats.Stats(pr, stream=out)
+    st.sort_stats("tottime").print_stats(35)
+    st.sort_stats("cumulative").print_stats(45)
+    return out.getvalue()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="mlp,lenet,gpt")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--out", default="bench/results/profile")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    sizes = G.SIZES["cuda"]
+    summary = {}
+    for kind in args.models.split(","):
+        steps = max(3, args.steps // (5 if kind == "gpt" else 1))
+        e_step, e_sync, model = _ember_step(kind, sizes)
+        t_step, t_sync = _torch_step(kind, sizes, model)
+        for s, y in ((e_step, e_sync), (t_step, t_sync)):
+            for _ in range(3):
+                s()
+            y()
+        em.fusion.reset_stats() if hasattr(em.fusion, "reset_stats") else None
+        before = dict(em.fusion.stats())
+        for _ in range(steps):
+            e_step()
+        e_sync()
+        after = dict(em.fusion.stats())
+        counts = {k: (after[k] - before.get(k, 0)) / steps for k in after
+                  if isinstance(after[k], (int, float))}
+        res = {
+            "ember_ms": _wall_ms(e_step, e_sync, steps),
+            "torch_ms": _wall_ms(t_step, t_sync, steps),
+            "ember_gpu": _gpu_kernels(e_step, e_sync, steps),
+            "torch_gpu": _gpu_kernels(t_step, t_sync, steps),
+            "ember_fusion_counts_per_step": counts,
+        }
+        (out / f"{kind}-host.txt").write_text(_host_profile(e_step, e_sync, steps))
+        summary[kind] = res
+        print(f"{kind}: ember {res['ember_ms']:.3f} ms/step (GPU busy "
+              f"{res['ember_gpu']['gpu_busy_ms']:.3f} ms, "
+              f"{res['ember_gpu']['kernels_per_step']:.0f} kernels), torch "
+              f"{res['torch_ms']:.3f} ms/step (GPU busy {res['torch_gpu']['gpu_busy_ms']:.3f} "
+              f"ms, {res['torch_gpu']['kernels_per_step']:.0f} kernels)", flush=True)
+        for who in ("ember_gpu", "torch_gpu"):
+            print(f"  {who} top kernels:")
+            for k in res[who]["top"][:12]:
+                print(f"    {k['us_per_step']:9.1f} us  x{k['calls_per_step']:5.1f}  {k['name']}")
+        print(f"  ember fusion counts per step: "
+              f"{ {k: round(v, 1) for k, v in counts.items() if v} }")
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
