@@ -7,7 +7,11 @@ TF32 setting; one ``cublasGemmStridedBatchedEx`` call does each product instead:
 * f32: full f32 (``CUBLAS_COMPUTE_32F``) unless ``em.set_matmul_precision`` allows TF32;
 * f64: f64. Int dtypes go to CuPy's own (wrapping) integer kernel.
 
-Operands broadcast over their batch dims; a batch of one is read with stride 0 (no copy).
+Operands are read where they lie (`layout`): a transposed operand (``w.transpose()`` in a
+backward pass) with cuBLAS's transpose flag, a slice of rows with its row stride as the
+leading dimension, batch dims broadcast against the other operand's (a single matrix with
+batch stride 0) or stepping with one stride. Only what cuBLAS cannot express (negative or
+overlapping strides, batch dims that broadcast partially) is copied first.
 """
 from __future__ import annotations
 
@@ -45,6 +49,11 @@ class CublasMatmul:
             _F64: (getattr(runtime, "CUDA_R_64F", 1), getattr(cublas, "CUBLAS_COMPUTE_64F", 70),
                    _F64),
         }
+        # alpha = 1, beta = 0 as host scalars (read by cuBLAS before the call returns),
+        # kept alive here: (address of 1, address of 0) per scalar dtype
+        self._keep = {t: (np.ones((), t), np.zeros((), t)) for t in (_F32, _F64)}
+        self._scalars = {t: (o.ctypes.data, z.ctypes.data) for t, (o, z) in self._keep.items()}
+        self._gemm = cublas.gemmStridedBatchedEx
 
     def __call__(self, a, b):
         cp = self.cp
@@ -56,36 +65,93 @@ class CublasMatmul:
         cuda_t, compute, scalar_t = types
         if compute == self._c32 and a.dtype == _F32 and precision.allow_tf32():
             compute = self._c32_tf32
-        n, k = a.shape[-2:]
-        m = b.shape[-1]
-        ba, bb = a.shape[:-2], b.shape[:-2]
+        ashape, bshape = a.shape, b.shape
+        n, k = ashape[-2:]
+        m = bshape[-1]
+        ba, bb = ashape[:-2], bshape[:-2]
         batch = ba if ba == bb else np.broadcast_shapes(ba, bb)
-        out = cp.empty(batch + (n, m), a.dtype)
-        if out.size == 0:
+        out = cp.ndarray(batch + (n, m), a.dtype)
+        count = out.size // (n * m) if n * m else 0
+        if count == 0:
             return out
         if k == 0:
             out.fill(0)
             return out
-        count = out.size // (n * m)
-        a, sa = _operand(cp, a, batch, count)
-        b, sb = _operand(cp, b, batch, count)
-        one = np.ones((), scalar_t)
-        zero = np.zeros((), scalar_t)
-        # row-major C = A B is column-major C^T = B^T A^T: swap the operands
-        self._cublas.gemmStridedBatchedEx(
-            self._device.get_cublas_handle(), 0, 0, m, n, k, one.ctypes.data,
-            b.data.ptr, cuda_t, m, sb, a.data.ptr, cuda_t, k, sa, zero.ctypes.data,
-            out.data.ptr, cuda_t, m, n * m, count, compute, self._algo)
+        a, ta, lda, sa = _operand(cp, a, n, k, batch, count)
+        b, tb, ldb, sb = _operand(cp, b, k, m, batch, count)
+        one, zero = self._scalars[scalar_t]
+        # row-major C = A B is column-major C^T = B^T A^T: swap the operands (a row-major
+        # operand is its column-major transpose as it lies; a transposed one is read with
+        # the transpose flag)
+        self._gemm(self._device.get_cublas_handle(), tb, ta, m, n, k, one,
+                   b.data.ptr, cuda_t, ldb, sb, a.data.ptr, cuda_t, lda, sa, zero,
+                   out.data.ptr, cuda_t, m, n * m, count, compute, self._algo)
         return out
 
 
-def _operand(cp, x, batch, count):
-    """``x`` as contiguous matrices for a batch of ``count``, and its batch stride (0 for a
-    single matrix shared by the whole batch)."""
-    mat = x.shape[-2] * x.shape[-1]
-    xb = x.shape[:-2]
-    if int(np.prod(xb, dtype=np.int64)) == 1:
-        return cp.ascontiguousarray(x.reshape(x.shape[-2:])), 0
-    if xb != batch:
+_OP_N, _OP_T = 0, 1
+
+
+def layout(shape, strides, itemsize, batch):
+    """How cuBLAS reads an operand of ``shape``/``strides`` (bytes) as ``prod(batch)``
+    row-major matrices of its last two dims, without a copy: ``(trans, ld, batch stride)``
+    in elements, or None where it cannot (then the operand is copied).
+
+    The matrices are read as they lie when each row is contiguous (``trans`` N, ``ld`` the
+    row stride) or each column is (a transposed operand: ``trans`` T, ``ld`` the column
+    stride); the batch dims, broadcast against ``batch``, must step through the matrices
+    with one stride (0 for a single matrix shared by the batch)."""
+    r, c = shape[-2], shape[-1]
+    s0, s1 = strides[-2], strides[-1]
+    if s0 % itemsize or s1 % itemsize:
+        return None
+    s0 //= itemsize
+    s1 //= itemsize
+    if (c == 1 or s1 == 1) and (r == 1 or s0 >= max(1, c)):
+        trans, ld = _OP_N, (s0 if r > 1 else max(1, c))
+    elif (r == 1 or s0 == 1) and (c == 1 or s1 >= max(1, r)):
+        trans, ld = _OP_T, (s1 if c > 1 else max(1, r))
+    else:
+        return None
+    # the batch: from the innermost dim out, each dim of size > 1 must step by the stride
+    # of one matrix times the matrices inside it (or every stride is 0: broadcast)
+    xb = len(shape) - 2
+    stride = None
+    inner = 1
+    for i in range(1, len(batch) + 1):
+        size = batch[-i]
+        if size == 1:
+            continue
+        if i <= xb and shape[xb - i] != 1:
+            s = strides[xb - i]
+            if s % itemsize:
+                return None
+            s //= itemsize
+        else:
+            s = 0
+        if stride is None:
+            if s < 0:
+                return None
+            stride = s
+        elif s != stride * inner:
+            return None
+        inner *= size
+    return trans, ld, (stride or 0)
+
+
+def _operand(cp, x, r, c, batch, count):
+    """``(array, trans, ld, batch stride)`` of operand ``x`` (logical matrices r x c) for a
+    batch of ``count``: ``x`` itself where cuBLAS can read its layout, else a contiguous
+    copy (of ``x`` broadcast to the batch where its batch dims do not fit one stride)."""
+    lay = layout(x.shape, x.strides, x.itemsize, batch)
+    if lay is not None:
+        trans, ld, stride = lay
+        return x, trans, ld, (stride if count > 1 else 0)
+    if x.shape[:-2] != batch and count > 1:
         x = cp.broadcast_to(x, batch + x.shape[-2:])
-    return cp.ascontiguousarray(x), mat
+        if layout(x.shape, x.strides, x.itemsize, batch) is None:
+            x = cp.ascontiguousarray(x)
+    else:
+        x = cp.ascontiguousarray(x)
+    trans, ld, stride = layout(x.shape, x.strides, x.itemsize, batch)
+    return x, trans, ld, (stride if count > 1 else 0)
