@@ -232,8 +232,8 @@ def _adam_impl(cp, xp):
 
 # -- raw kernels: cross entropy rows, max pooling -------------------------------------------
 # One launch each where the NumPy-style references take a dozen CuPy calls (each ~13 us of
-# host time). Sources are module-level strings (compiled by NVRTC on first use through a
-# cupy.RawModule; tests/backend_cuda compiles them without a GPU). f16 arrives as its bits
+# host time). Sources are module-level strings (compiled by ember's NVRTC runtime on first use
+# and launched directly, `_Kernels`; tests/backend_cuda compiles them without a GPU). f16 arrives as its bits
 # (unsigned short) and is computed in f32; bf16 arrives as f32 (`Cuda._runner` upcasts it:
 # these ops are not in BF16_NATIVE); f64 is computed in f64. Sizes and strides are 64-bit.
 _KERNEL_HELPERS = r"""
@@ -524,21 +524,82 @@ def max_pool_kernel_names():
 
 
 class _Kernels:
-    """The functions of one CUDA source (a cupy.RawModule, compiled on first use; CuPy
-    compiles per device and caches on disk)."""
+    """The functions of one CUDA source, launched directly: compiled by ember's NVRTC runtime
+    (its options and disk cache) and loaded once per device, launched with
+    ``cuLaunchKernel`` on CuPy's current stream (the op's: `Cuda.execute` makes it current),
+    the parameters packed into a reused buffer -- about half the host cost of a CuPy
+    ``RawKernel`` call. Where ember's runtime cannot compile (no NVRTC library of its own) or
+    CuPy has no driver binding, the source runs as a ``cupy.RawModule`` as before.
+
+    ``launch(name, grid, block, arrays, i64s, i32s)``: the kernel's parameters are the
+    arrays' data pointers, then the 64-bit and the 32-bit integers, in that order."""
 
     def __init__(self, cp, source):
         self.cp, self.source = cp, source
-        self._module = None
+        self._module = None            # the RawModule fallback
         self._fns = {}
+        self._direct = None            # (DirectLauncher, current-stream pointer getter)
+        self._mods = {}                # device -> loaded module, or None (the fallback)
+        self._ptrs = {}                # (device, name) -> function pointer
 
     def __getitem__(self, name):
+        """The RawModule function ``name`` (the fallback path)."""
         fn = self._fns.get(name)
         if fn is None:
             if self._module is None:
                 self._module = self.cp.RawModule(code=self.source)
             fn = self._fns[name] = self._module.get_function(name)
         return fn
+
+    def _fptr(self, name):
+        dev = self.cp.cuda.runtime.getDevice()
+        f = self._ptrs.get((dev, name))
+        if f is not None:
+            return f
+        mod = self._mods.get(dev, False)
+        if mod is False:
+            mod = None
+            try:
+                from ...kernel.cuda.launch import DirectLauncher
+                from ...kernel.cuda.runtime import default_runtime
+                rt = default_runtime()
+                if rt.available():
+                    if self._direct is None:
+                        st = self.cp.cuda.stream
+                        self._direct = (DirectLauncher(), getattr(
+                            st, "get_current_stream_ptr", None) or
+                            (lambda: st.get_current_stream().ptr))
+                    mod = rt.function(self.source, name)[0]
+            except Exception:  # noqa: BLE001  (no NVRTC, no driver binding: the RawModule)
+                mod = None
+            self._mods[dev] = mod
+        if mod is None:
+            return None
+        f = self._ptrs[(dev, name)] = int(mod.get_function(name).ptr)
+        return f
+
+    def launch(self, name, grid: int, block: int, arrays, i64s=(), i32s=()):
+        fptr = self._fptr(name)
+        if fptr is None:
+            np_ = np
+            self[name]((grid,), (block,), (*arrays, *[np_.int64(v) for v in i64s],
+                                          *[np_.int32(v) for v in i32s]))
+            return
+        direct, stream = self._direct
+        fmt = _fmt(len(arrays), len(i64s), len(i32s))
+        kp = direct.pack(fmt, *[a.data.ptr for a in arrays], *i64s, *i32s)
+        direct.launch(fptr, grid, block, stream(), kp)
+
+
+_FMTS: dict = {}
+
+
+def _fmt(n_ptr, n_i64, n_i32):
+    """The parameter layout of `_Kernels.launch` (each parameter in its own 8 bytes)."""
+    f = _FMTS.get((n_ptr, n_i64, n_i32))
+    if f is None:
+        f = _FMTS[(n_ptr, n_i64, n_i32)] = "=" + "Q" * n_ptr + "q" * n_i64 + "i4x" * n_i32
+    return f
 
 
 def _elem_strides(a):
@@ -572,11 +633,11 @@ def _ce_launch(M, C):
     """(mode suffix, grid, block) for M rows of C classes."""
     if C <= CE_WARP_MAX_CLASSES:
         threads = 256
-        return "w", (min(-(-M // (threads // 32)), _GRID_CAP),), (threads,)
+        return "w", min(-(-M // (threads // 32)), _GRID_CAP), threads
     threads = 128
     while threads < 1024 and threads * 16 < C:
         threads *= 2
-    return "b", (min(M, _GRID_CAP),), (threads,)
+    return "b", min(M, _GRID_CAP), threads
 
 
 def _ce_empty_classes(M, C):
@@ -602,9 +663,8 @@ def _ce_impl(cp, xp):
         _ce_empty_classes(M, C)
         x, sx, t, st = _ce_operands(cp, x, t)
         mode, grid, block = _ce_launch(M, C)
-        kernels[f"ember_ce_fwd_{kd}_{_INDEX_DTYPES[t.dtype]}_{mode}"](
-            grid, block, (x, t, loss, valid, np.int64(M), np.int64(C), np.int64(sx[0]),
-                          np.int64(sx[1]), np.int64(st), np.int64(ignore_index)))
+        kernels.launch(f"ember_ce_fwd_{kd}_{_INDEX_DTYPES[t.dtype]}_{mode}", grid, block,
+                       (x, t, loss, valid), (M, C, sx[0], sx[1], st, int(ignore_index)))
         return loss, valid
     return cross_entropy_rows
 
@@ -628,10 +688,8 @@ def _ce_bwd_impl(cp, xp):
             g = cp.ascontiguousarray(g)
             sg = _elem_strides(g)
         mode, grid, block = _ce_launch(M, C)
-        kernels[f"ember_ce_bwd_{kd}_{_INDEX_DTYPES[t.dtype]}_{mode}"](
-            grid, block, (g, x, t, out, np.int64(M), np.int64(C), np.int64(sg[0]),
-                          np.int64(sx[0]), np.int64(sx[1]), np.int64(st),
-                          np.int64(ignore_index)))
+        kernels.launch(f"ember_ce_bwd_{kd}_{_INDEX_DTYPES[t.dtype]}_{mode}", grid, block,
+                       (g, x, t, out), (M, C, sg[0], sx[0], sx[1], st, int(ignore_index)))
         return out
     return cross_entropy_rows_backward
 
@@ -670,16 +728,15 @@ def _max_pool_impl(nd, with_indices):
                     x4 = cp.ascontiguousarray(x4)
                     sx = _elem_strides(x4)
                 threads = 256
-                grid = (min(-(-total // threads), _GRID_CAP),)
-                geo = (np.int64(total), np.int64(c), np.int64(h), np.int64(w),
-                       np.int64(oh), np.int64(ow), *(np.int64(s) for s in sx),
-                       *(np.int32(v) for v in (*k4, *s4, *p4, *d4)), np.int32(cl))
+                grid = min(-(-total // threads), _GRID_CAP)
+                i64s = (total, c, h, w, oh, ow, *sx)
+                i32s = (*k4, *s4, *p4, *d4, int(cl))
                 if with_indices:
-                    kernels[f"ember_max_pool2d_{kd}"](grid, (threads,),
-                                                      (x4, vals, idx) + geo)
+                    kernels.launch(f"ember_max_pool2d_{kd}", grid, threads, (x4, vals, idx),
+                                   i64s, i32s)
                 else:
-                    kernels[f"ember_max_pool2d_values_{kd}"](grid, (threads,),
-                                                             (x4, vals) + geo)
+                    kernels.launch(f"ember_max_pool2d_values_{kd}", grid, threads,
+                                   (x4, vals), i64s, i32s)
             outs = (vals, idx) if with_indices else (vals,)
             if cl:
                 outs = tuple(o.transpose(0, 3, 1, 2) for o in outs)
