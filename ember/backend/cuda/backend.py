@@ -25,11 +25,13 @@ from ...kernel.cuda import custom as _custom
 from ..base import Backend
 from . import _cupy, memory
 from . import eager as _eager
+from . import reduce as _reduce
 from .matmul import CublasMatmul
-from .ops import BF16, BF16_NATIVE, F32, namespace, resolve
+from .ops import BF16, BF16_NATIVE, F32, direct_path, namespace, resolve
 from .streams import StreamOrder
 
 _U16 = np.dtype(np.uint16)
+_EW, _RED = 1, 2            # the eager paths: elementwise kernels, reductions
 _DL_CUDA = (2, 13)          # DLPack device types: CUDA, CUDA managed
 
 
@@ -51,11 +53,19 @@ class Cuda(Backend):
         #: ops that may run as ember's own flat kernels (`eager`), by op
         self._eager_ops = {}
         self._eager = None
+        self._reduce = None
         if _eager.enabled():
             try:
                 self._eager = _eager.EagerKernels(cp, lambda: self.kernel_runtime)
+                self._reduce = _reduce.EagerReduce(cp, lambda: self.kernel_runtime,
+                                                   self._eager._direct)
             except ImportError:          # a CuPy without the driver binding
-                self._eager = None
+                self._eager = self._reduce = None
+        self._get_device = cp.cuda.runtime.getDevice
+        st = cp.cuda.stream
+        #: the calling thread's current CuPy stream, as a handle
+        self._current_stream = getattr(st, "get_current_stream_ptr", None) or (
+            lambda: st.get_current_stream().ptr)
         self._tls = threading.local()
         self._orders = {}
         self._rngs = {}
@@ -90,15 +100,26 @@ class Cuda(Backend):
         run = self._runners.get(op)
         if run is None:
             run = self._runners[op] = self._runner(op)
-            self._eager_ops[op] = self._eager is not None and _eager.eligible(op)
+            self._eager_ops[op] = (_EW if self._eager is not None and _eager.eligible(op) else
+                                   _RED if self._reduce is not None and _reduce.eligible(op)
+                                   else self._direct_path(op))
         scope = self._tls.__dict__.get(device.index) or self.scope(device.index)
         order = scope.order
         try:
-            if self._eager_ops[op] and not order.tracking and not (
+            eager = self._eager_ops[op]
+            if eager and not order.tracking and not (
                     _custom._REGISTRY and op.name in _custom._REGISTRY):
-                # an elementwise op as ember's own kernel on this thread's stream, launched
-                # directly (no CuPy call, no stream switch): None when its operands do not fit
-                out = self._eager.run(op, prims, attrs, meta, scope.stream.ptr, device.index)
+                # an elementwise op or a small reduction as ember's own kernel on this
+                # thread's stream, launched directly (no CuPy call, no stream switch): None
+                # when its operands do not fit
+                if eager == _EW:
+                    out = self._eager.run(op, prims, attrs, meta, scope, device.index)
+                elif eager == _RED:
+                    out = self._reduce.run(op, prims[0], attrs, meta, scope, device.index)
+                elif self._get_device() == device.index:
+                    out = eager(prims, attrs, meta, scope, device.index)
+                else:
+                    out = None
                 if out is not None:
                     return out
             with scope:
@@ -110,6 +131,13 @@ class Cuda(Backend):
                 return run(prims, attrs, meta, device)
         except self._oom as e:
             raise memory.out_of_memory(self.cp, op.name, e, device.index) from None
+
+    def _direct_path(self, op):
+        """An op's direct path (`ops.direct_path`: launched on this thread's stream without
+        a stream switch, e.g. adam_update), or 0."""
+        if self._eager is None or op.category == "random":
+            return 0
+        return direct_path(op.name, self.cp) or 0
 
     def _runner(self, op):
         """``run(prims, attrs, meta, device)`` for ``op``: its implementation, bf16 inputs
@@ -230,11 +258,11 @@ class Cuda(Backend):
         queued for it (no host synchronization)."""
         scope = self._scope_of(prim)
         cp = self.cp
-        if cp.cuda.runtime.getDevice() == scope.index:
-            scope.order_stream(cp, cp.cuda.get_current_stream())
+        if self._get_device() == scope.index:
+            scope.order_stream(cp, self._current_stream())
         else:
             with cp.cuda.Device(scope.index):
-                scope.order_stream(cp, cp.cuda.get_current_stream())
+                scope.order_stream(cp, self._current_stream())
         return prim
 
     def dlpack_source(self, prim):

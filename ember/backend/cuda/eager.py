@@ -5,8 +5,10 @@ inputs are C-contiguous and of the output's shape (or broadcast along leading di
 bias is: read with a period) runs as a `render_flat` kernel: compiled once
 per op, dtypes and attrs (NVRTC, disk-cached), for every size after that, and launched with
 ``cuLaunchKernel`` (CuPy's binding) on the calling thread's stream, its parameters packed into
-a reused buffer. The kernel is the op's IR lowered as Fusion lowers it, so results are those
-of Fusion(Cuda)'s kernels and of NdArray.
+a reused buffer, its output an array the thread's stream reuses once dropped
+(`memory.Outputs`). The
+kernel is the op's IR lowered as Fusion lowers it, so results are those of Fusion(Cuda)'s
+kernels and of NdArray.
 
 Why: a CuPy ufunc call costs 13-14 µs of host time on an H100 machine; an allocation (about
 3.7 µs) and a direct launch (about 4.5 µs) are what remains here. Small-tensor steps (the
@@ -20,6 +22,7 @@ does not compile. ``EMBER_CUDA_EAGER=0`` turns the path off.
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 
@@ -39,6 +42,7 @@ MAX_VARIANTS = 16
 BLOCK = 256
 _CATEGORIES = frozenset({"unary", "binary", "cast", "other"})
 _SCALARS = (int, float, bool)
+_prod = math.prod
 
 
 def eligible(op) -> bool:
@@ -65,13 +69,16 @@ class _Kernel:
     """One compiled flat kernel: the module (kept alive), its function pointer, the
     parameter layout and how scalar operands are passed."""
 
-    __slots__ = ("module", "fptr", "fmt", "scalars")
+    __slots__ = ("module", "fptr", "fmt", "scalars", "npd", "itemsize", "cap")
 
-    def __init__(self, module, fptr, fmt, scalars):
+    def __init__(self, module, fptr, fmt, scalars, npd, cap):
         self.module = module
         self.fptr = fptr
         self.fmt = fmt
         self.scalars = scalars       # per scalar operand: its value as the kernel takes it
+        self.npd = npd               # the output's NumPy dtype
+        self.itemsize = npd.itemsize
+        self.cap = cap               # blocks that fill the device once (grid-stride loops)
 
 
 class EagerKernels:
@@ -83,19 +90,23 @@ class EagerKernels:
         self._ndarray = cp.ndarray
         self._get_device = cp.cuda.runtime.getDevice
         self._direct = DirectLauncher()
+        self._pack = self._direct.pack
+        self._launch = self._direct.raw_launch
         self._kernels: dict = {}       # key -> _Kernel, or None where it cannot run
         self._variants: dict = {}      # op -> set of attr keys compiled
         self._lock = threading.Lock()
         self.launches = 0
 
     # -- the op path ----------------------------------------------------------------------
-    def run(self, op, prims, attrs, meta, stream_ptr, device: int):
-        """The op's output (a new CuPy array), or None: this call goes the CuPy way."""
+    def run(self, op, prims, attrs, meta, scope, device: int):
+        """The op's output (a new CuPy array), or None: this call goes the CuPy way.
+        ``scope``: the calling thread's stream scope on ``device`` (its stream, and the
+        output arrays it reuses)."""
         shape, od = meta
         ndarray = self._ndarray
         sig = []
         ptrs = []
-        scalars = []
+        scalars = None
         periods = None
         for p in prims:
             if type(p) is ndarray:
@@ -114,6 +125,8 @@ class EagerKernels:
                 ptrs.append(p.data.ptr)
             elif type(p) in _SCALARS:
                 sig.append(type(p))
+                if scalars is None:
+                    scalars = []
                 scalars.append(p)
             else:
                 return None
@@ -131,20 +144,26 @@ class EagerKernels:
             k = self._build(key, op, prims, attrs, od, shape)
         if k is None:
             return None
-        out = ndarray(shape, od.np)            # from the memory pool, like cupy.empty
-        n = out.size
+        n = _prod(shape)
         if n == 0:
-            return out
-        if scalars:
+            return ndarray(shape, k.npd)
+        outs = scope.outputs
+        out = outs.take(shape, k.npd, n * k.itemsize) if outs is not None else None
+        if out is None:
+            out = ndarray(shape, k.npd)
+        if scalars is not None:
             scalars = [c(v) for v, c in zip(scalars, k.scalars)]
-        direct = self._direct
-        if periods is None:
-            kp = direct.pack(k.fmt, *ptrs, out.data.ptr, *scalars, n)
+            if periods is None:
+                kp = self._pack(k.fmt, *ptrs, out.data.ptr, *scalars, n)
+            else:
+                kp = self._pack(k.fmt, *ptrs, out.data.ptr, *scalars, n, *periods)
+        elif periods is None:
+            kp = self._pack(k.fmt, *ptrs, out.data.ptr, n)
         else:
-            kp = direct.pack(k.fmt, *ptrs, out.data.ptr, *scalars, n, *periods)
+            kp = self._pack(k.fmt, *ptrs, out.data.ptr, n, *periods)
         grid = (n + BLOCK - 1) // BLOCK
-        direct.launch(k.fptr, min(grid, direct.grid_cap(device, BLOCK)), BLOCK, stream_ptr,
-                      kp)
+        self._launch(k.fptr, grid if grid < k.cap else k.cap, 1, 1, BLOCK, 1, 1, 0,
+                     scope.stream_ptr, kp, 0)
         self.launches += 1
         return out
 
@@ -180,7 +199,8 @@ class EagerKernels:
             return None
         fmt = "=" + "Q" * (len(kernel.inputs) + 1) + "".join(
             "d" if a.is_float else "q" for a in kernel.args) + "q" * (1 + sum(cyclic))
-        return _Kernel(module, fptr, fmt, convert)
+        return _Kernel(module, fptr, fmt, convert, od.np,
+                       self._direct.grid_cap(self._get_device(), BLOCK))
 
 
 def flat_kernel(op, kinds, attrs, od):

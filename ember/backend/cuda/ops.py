@@ -155,6 +155,7 @@ class _AdamDirect:
         self.cp = cp
         self._direct = DirectLauncher()
         self._fns = {}
+        self._last = (None, None)
 
     def _fn(self, ctype, dev):
         f = self._fns.get((ctype, dev), False)
@@ -170,8 +171,11 @@ class _AdamDirect:
             self._fns[(ctype, dev)] = f
         return f
 
-    def __call__(self, w, g, m, v, scalars, flags):
-        ctype = {"f": "float", "d": "double"}.get(w.dtype.char)
+    def __call__(self, w, g, m, v, scalars, flags, stream=None, outputs=None):
+        """The three outputs, or None (another path runs). ``stream``: the handle to launch
+        on (default: CuPy's current stream); ``outputs``: the `memory.Outputs` the output
+        arrays may come from."""
+        ctype = _CTYPES.get(w.dtype.char)
         if ctype is None:
             return None
         shape, dtype = w.shape, w.dtype
@@ -183,16 +187,50 @@ class _AdamDirect:
         if f is None:
             return None
         nd = self.cp.ndarray
-        outs = (nd(shape, dtype), nd(shape, dtype), nd(shape, dtype))
         n = w.size
+        if outputs is not None and n:
+            nb = n * dtype.itemsize
+            outs = []
+            for _ in range(3):
+                o = outputs.take(shape, dtype, nb)
+                outs.append(nd(shape, dtype) if o is None else o)
+            outs = tuple(outs)
+        else:
+            outs = (nd(shape, dtype), nd(shape, dtype), nd(shape, dtype))
         if n == 0:
             return outs
         direct = self._direct
         kp = direct.pack("=7Q8d4q", w.data.ptr, g.data.ptr, m.data.ptr, v.data.ptr,
                          *[o.data.ptr for o in outs], *scalars, *flags, n)
         direct.launch(f[1], min((n + 255) // 256, direct.grid_cap(dev, 256)), 256,
-                      self.cp.cuda.get_current_stream().ptr, kp)
+                      self.cp.cuda.get_current_stream().ptr if stream is None else stream,
+                      kp)
         return outs
+
+    def args(self, st, beta1, beta2, k1, k2, step, eps, decay, l2, first):
+        """(scalars, flags) of the kernel for tensors of scalar type ``st``; the last
+        call's are kept (a step updates every parameter with the same values)."""
+        key = (st, beta1, beta2, k1, k2, step, eps, decay, l2, first)
+        last = self._last
+        if last[0] == key:
+            return last[1]
+        l2, decay = float(l2), float(decay)
+        res = ([_adam_scalar(x, st) for x in (beta1, beta2, k1, k2, step, eps, decay, l2)],
+               (int(bool(first)), int(l2 != 0.0), int(decay != 1.0)))
+        self._last = (key, res)
+        return res
+
+    def run(self, prims, attrs, meta, scope, device):
+        """The Cuda backend's direct path (no stream switch; outputs reused per stream):
+        the outputs, or None (the op's implementation runs)."""
+        w = prims[0]
+        if type(w) is not self.cp.ndarray or w.dtype.char not in _CTYPES:
+            return None
+        scalars, flags = self.args(w.dtype.type, **attrs)
+        return self(*prims, scalars, flags, scope.stream_ptr, scope.outputs)
+
+
+_CTYPES = {"f": "float", "d": "double"}
 
 
 def _adam_impl(cp, xp):
@@ -216,9 +254,13 @@ def _adam_impl(cp, xp):
         if bf16:   # computed in f32, rounded to bf16 per operation; outputs cast back
             w, g, m, v = (a.astype(F32) for a in (w, g, m, v))
         st = np.float32 if bf16 else w.dtype.type
-        l2, decay = float(l2), float(decay)
-        scalars = [_adam_scalar(x, st) for x in (beta1, beta2, k1, k2, step, eps, decay, l2)]
-        flags = (int(bool(first)), int(l2 != 0.0), int(decay != 1.0))
+        if direct is not None:
+            scalars, flags = direct.args(st, beta1, beta2, k1, k2, step, eps, decay, l2, first)
+        else:
+            l2, decay = float(l2), float(decay)
+            scalars = [_adam_scalar(x, st) for x in (beta1, beta2, k1, k2, step, eps, decay,
+                                                       l2)]
+            flags = (int(bool(first)), int(l2 != 0.0), int(decay != 1.0))
         if direct is not None and not bf16:
             outs = direct(w, g, m, v, scalars, flags)
             if outs is not None:
@@ -745,6 +787,18 @@ def _max_pool_impl(nd, with_indices):
             return outs if with_indices else outs[0]
         return max_pool
     return build
+
+
+def direct_path(name, cp):
+    """``run(prims, attrs, meta, scope, device)`` of an op the Cuda backend may launch
+    without switching streams (its outputs, or None: the op's implementation runs), or
+    None when the op has no such path."""
+    if name == "adam_update":
+        try:
+            return _AdamDirect(cp).run
+        except ImportError:                # a CuPy without the driver binding
+            return None
+    return None
 
 
 #: op name -> builder(cupy, xp) -> fn(*arrays, **attrs)

@@ -16,16 +16,23 @@ from __future__ import annotations
 import collections
 import threading
 
+from .memory import Outputs, outputs_enabled
+
 
 class Scope:
     """``with scope:`` makes ``stream`` (and its device) current for the calling thread."""
 
     __slots__ = ("stream", "index", "_saved", "_set_device", "_get_device", "order",
-                 "keep", "_handoff", "_record", "_wait")
+                 "keep", "_handoff", "_record", "_wait", "stream_ptr", "outputs", "_empty")
 
-    def __init__(self, stream, index, runtime, order):
+    def __init__(self, stream, index, runtime, order, empty=None):
         self.stream = stream
+        self.stream_ptr = stream.ptr
         self.index = index
+        #: small output arrays reused by this stream's direct launches (`memory.Outputs`),
+        #: or None
+        self._empty = empty
+        self.outputs = Outputs(self._new_output) if empty is not None else None
         self._saved = []
         self._get_device = runtime.getDevice
         self._set_device = runtime.setDevice
@@ -35,12 +42,17 @@ class Scope:
         self.keep = collections.deque()      # (event, arrays) pending cross-stream reads
         self._handoff = None                 # the event `order_stream` records, reused
 
+    def _new_output(self, shape, dtype):
+        with self:                   # from the pool's free list of this stream
+            return self._empty(shape, dtype)
+
     def order_stream(self, cp, other) -> None:
-        """Make stream ``other`` wait for the work queued so far on this scope's stream (no
-        host synchronization). One untimed event is recorded again on each call (creating a
-        timed event per call, ``stream.record()``, cost about 9 µs of every
-        ``tensor.primitive``), through the runtime's calls on raw handles."""
-        optr, sptr = other.ptr, self.stream.ptr
+        """Make stream ``other`` (a stream, or its handle) wait for the work queued so far on
+        this scope's stream (no host synchronization). One untimed event is recorded again on
+        each call (creating a timed event per call, ``stream.record()``, cost about 9 µs of
+        every ``tensor.primitive``), through the runtime's calls on raw handles."""
+        optr = other if type(other) is int else other.ptr
+        sptr = self.stream_ptr
         if optr == sptr:
             return
         ev = self._handoff
@@ -84,7 +96,8 @@ class StreamOrder:
                     self.tracking = True
                 stream = cp.cuda.Stream(non_blocking=True)
             self.streams += 1
-        return Scope(stream, self.index, cp.cuda.runtime, self)
+        return Scope(stream, self.index, cp.cuda.runtime, self,
+                     cp.ndarray if outputs_enabled() else None)
 
     # -- cross-stream tracking (only while ``tracking``) ----------------------------------
     def before(self, scope, prims):

@@ -23,6 +23,9 @@ class DirectLauncher:
     def __init__(self):
         from cupy_backends.cuda.api import driver
         self._launch = driver.launchKernel
+        #: ``cuLaunchKernel`` itself: ``(function, grid x, y, z, block x, y, z, shared bytes,
+        #: stream, parameters, extra)``, for callers that save the wrapper's call
+        self.raw_launch = driver.launchKernel
         self._tls = threading.local()
         self._caps: dict = {}
 

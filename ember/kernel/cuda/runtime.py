@@ -297,6 +297,20 @@ class CudaKernelRuntime:
             mod = self._load(self._compiler.build(source, arch).binary, strict=True)
         return mod, int(mod.get_function(name).ptr)
 
+    def launch_plan(self, program: CudaProgram):
+        """``(calls, fmt, scratch)`` of ``program``'s current variant on the current device,
+        for a caller that launches it itself through a `DirectLauncher`: the parameters are
+        the inputs' data pointers, the outputs', a scratch buffer's of ``scratch`` bytes when
+        ``scratch`` > 0, then the scalars, packed with ``fmt``; each call is ``(function
+        pointer, grid, block)``, launched in order with the same parameters. No checks and no
+        autotuning (the caller owns both). None for kernels that take an ``aligned`` flag
+        (vectorized elementwise kernels: `launch` computes it per call)."""
+        b = self._build(program, program.variant)
+        if b.has_aligned or b.n_params > MAX_PARAMS:
+            return None
+        calls = tuple((fptr, grid[0], block[0]) for _, fptr, grid, block in b.calls)
+        return calls, b.fmt, (b.scratch if b.has_scratch else 0)
+
     def _load(self, binary: bytes, strict: bool = False):
         cp = self._cp
         mod = cp.cuda.function.Module()
