@@ -251,3 +251,42 @@ def test_functional_and_burn_names():
     assert x.prod_dim(0).numpy().tolist() == [[0.0, 4.0, 10.0]]
     assert x.min_dim(1).numpy().tolist() == [[0.0], [3.0]]
     assert em.topk(x, 1, dim=0)[0].numpy().tolist() == [[3.0, 4.0, 5.0]]
+
+
+# -- sums of short kept rows (bias gradients): summed blocked on NdArray ---------------------
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", ["channels_last", "rows", "odd_rows", "two_dims"])
+def test_sum_of_short_rows_matches_float64(case, dtype):
+    """A sum whose reduced dims are outermost in memory and whose kept dims are a short row
+    (ember.ops.reduce._sum_rows_blocked) agrees with float64 as NumPy's own sum does."""
+    from ember.ops.reduce import SUM, _sum_rows_blocked
+    rng = np.random.default_rng(5)
+    if case == "channels_last":
+        x, dims = rng.standard_normal((32, 8, 8, 16)).astype(dtype).transpose(0, 3, 1, 2), \
+            (0, 2, 3)
+    elif case == "rows":
+        x, dims = rng.standard_normal((2048, 16)).astype(dtype), (0,)
+    elif case == "odd_rows":
+        x, dims = rng.standard_normal((4097, 3)).astype(dtype), (0,)
+    else:
+        x, dims = rng.standard_normal((64, 32, 10)).astype(dtype), (0, 1)
+    assert _sum_rows_blocked(x, dims) is not None          # the blocked path is taken
+    ref = x.astype(np.float64).sum(axis=dims, keepdims=True)
+    for keepdim in (True, False):
+        got = SUM.numpy(x, dims=dims, keepdim=keepdim)
+        assert got.dtype == x.dtype
+        want = ref if keepdim else ref.reshape(got.shape)
+        assert got.shape == np.sum(x, axis=dims, keepdims=keepdim).shape
+        tol = 1e-5 if dtype is np.float32 else 1e-13
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(x).sum() / x.size)
+
+
+def test_sum_blocked_declines_what_it_does_not_hold():
+    from ember.ops.reduce import _sum_rows_blocked
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((64, 256)).astype(np.float32)
+    assert _sum_rows_blocked(x, (0,)) is None              # a long kept row: NumPy's own
+    assert _sum_rows_blocked(x, (0, 1)) is None            # a full sum stays pairwise
+    assert _sum_rows_blocked(x.T, (0,)) is None            # reduced dim innermost in memory
+    y = rng.standard_normal((32, 16, 8, 8)).astype(np.float32)
+    assert _sum_rows_blocked(y, (0, 2)) is None            # reduced dims not outermost

@@ -71,6 +71,52 @@ def _sum_dtype(d):
     return dt.int64 if d.kind == "bool" else d
 
 
+_F32_F64 = (np.dtype(np.float32), np.dtype(np.float64))
+#: smaller inputs are summed by NumPy as they are (its own loop is as fast there)
+_BLOCKED_MIN = 1 << 12
+#: a kept block (the kept dims, innermost in memory) shorter than this is summed blocked
+_SHORT_ROW = 64
+
+
+def _sum_rows_blocked(x, dims):
+    """The sum over ``dims`` (keeping them, size 1) of an array whose reduced dims are
+    outermost in memory and whose kept dims form a short contiguous row -- a bias gradient,
+    summed over batch and positions of a [N, C, H, W] gradient laid out channels-last, or
+    over the rows of [M, C] with few columns -- or None for any other case. NumPy sums such
+    an array one short column at a time (~30 µs for 2^15 f32); here the rows are first
+    added as long vectors of several rows each, then the few partial rows: ~5 µs, and no
+    less accurate (both add rows in sequence; the blocked form makes shorter chains)."""
+    shape, strides = x.shape, x.strides
+    red = set(dims)
+    if x.flags.c_contiguous:            # memory order is the dims' order
+        perm = list(range(x.ndim))
+    else:
+        perm = sorted(range(x.ndim), key=lambda a: -strides[a] if shape[a] > 1 else 0)
+    k = 0
+    while k < len(perm) and perm[k] in red:
+        k += 1
+    if k == 0 or k == len(perm) or any(a in red for a in perm[k:]):
+        return None         # a full sum, or reduced dims that are not outermost in memory
+    kept = 1
+    for a in perm[k:]:
+        kept *= shape[a]
+    if kept >= _SHORT_ROW or kept < 2:
+        return None
+    xm = x if x.flags.c_contiguous else x.transpose(perm)
+    if not xm.flags.c_contiguous:
+        return None
+    rows = x.size // kept
+    r2 = least = -(-256 // kept)        # rows per long vector: about 256 elements or more
+    while rows % r2:
+        r2 += 1
+        if r2 > 4 * least or r2 >= rows:
+            return None
+    part = np.add.reduce(xm.reshape(rows // r2, r2 * kept), axis=0, dtype=x.dtype)
+    row = np.add.reduce(part.reshape(r2, kept), axis=0, dtype=x.dtype)
+    out_shape = tuple(1 if a in red else n for a, n in enumerate(shape))
+    return row.reshape(out_shape)
+
+
 def _acc_reduce(fn, name):
     """``fn`` (np.add.reduce, np.multiply.reduce; ``xp.<name>`` in another namespace)
     accumulating f16/bf16 in f32 and ints in their own dtype. The ufunc's own ``reduce`` skips
@@ -78,6 +124,11 @@ def _acc_reduce(fn, name):
     def run(x, dims, keepdim, *, xp=np):
         red = fn if xp is np else getattr(xp, name)
         xd = x.dtype
+        if name == "sum" and xp is np and xd in _F32_F64 and x.size >= _BLOCKED_MIN and not (
+                x.flags.c_contiguous and (x.shape[-1] >= _SHORT_ROW or x.ndim - 1 in dims)):
+            out = _sum_rows_blocked(x, dims)
+            if out is not None:
+                return out if keepdim else out.reshape(reduced_shape(x.shape, dims, False))
         if xd in _LOW:
             return red(x, axis=dims, keepdims=keepdim, dtype=np.float32).astype(xd)
         if xd == _BOOL:
