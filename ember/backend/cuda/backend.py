@@ -3,9 +3,10 @@
 * Ops: `ember.backend.cuda.ops` finds each op's implementation once; the op path queues
   kernels on the calling thread's stream and never waits for the GPU (index ops that must
   refuse out-of-range indices read two values back: the one exception). Elementwise ops on
-  contiguous operands of one shape run as ember's own kernels, launched directly
-  (`ember.backend.cuda.eager`: a CuPy call costs more host time than the op on a small
-  tensor).
+  contiguous operands of one shape, and small reductions, run as ember's own kernels,
+  launched directly (`ember.backend.cuda.eager`, `ember.backend.cuda.reduce`: a CuPy call
+  costs more host time than the op on a small tensor), as does adam_update; their output
+  arrays are reused per stream once dropped (`memory.Outputs`).
 * Streams: one non-blocking CuPy stream per thread and device (`streams`); reads
   (``to_numpy``) wait for that stream; ``sync`` waits for the whole device.
 * Memory: CuPy's memory pool; running out raises `ember.errors.OutOfMemoryError` naming the

@@ -16,6 +16,7 @@ ml_dtypes' own bf16 arithmetic) do. Views and matmul (cuBLAS runs bf16) take bf1
 from __future__ import annotations
 
 import inspect
+import threading
 import types
 
 import ml_dtypes
@@ -109,6 +110,10 @@ v_out = (T)vv;
 _F16 = np.dtype(np.float16)
 
 
+#: taken while a kernel module is loaded for a device and its functions are recorded
+_LOAD_LOCK = threading.Lock()
+
+
 def _adam_scalar(x, scalar_type):
     """``x`` rounded to the type a NumPy ufunc takes a Python float in, for tensors of the
     dtype: the dtype itself (f16, f32, f64); f32 for bf16 (ml_dtypes computes bf16 ufuncs
@@ -159,7 +164,12 @@ class _AdamDirect:
 
     def _fn(self, ctype, dev):
         f = self._fns.get((ctype, dev), False)
-        if f is False:
+        if f is not False:
+            return f
+        with _LOAD_LOCK:
+            f = self._fns.get((ctype, dev), False)
+            if f is not False:
+                return f
             f = None
             try:
                 from ...kernel.cuda.runtime import default_runtime
@@ -595,6 +605,13 @@ class _Kernels:
 
     def _fptr(self, name):
         dev = self.cp.cuda.runtime.getDevice()
+        f = self._ptrs.get((dev, name))
+        if f is not None:
+            return f
+        with _LOAD_LOCK:       # one module per device: a second one loaded by another
+            return self._load(dev, name)     # thread would unload the first's functions
+
+    def _load(self, dev, name):
         f = self._ptrs.get((dev, name))
         if f is not None:
             return f
