@@ -45,12 +45,16 @@ class Variant:
     """``threads``: OpenMP team size (0: the runtime's choice); ``chunk``: elements per work
     item (0: the kernel's default); ``idx32``: 32-bit indices; ``unroll``: inner-loop unroll
     hint (0: the compiler's choice); ``wide``: the widest vectors the CPU has (AVX-512:
-    GCC otherwise prefers 256-bit ones)."""
+    GCC otherwise prefers 256-bit ones); ``lanes``: bytes of accumulators per work item of a
+    column-mode reduction (0: the renderer's default): how much of the input one item
+    sweeps, which decides what stays in cache between a reduce-then-broadcast kernel's
+    passes."""
     threads: int = 0
     chunk: int = 0
     idx32: bool = False
     unroll: int = 0
     wide: bool = False
+    lanes: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -58,12 +62,12 @@ class Variant:
     @classmethod
     def from_json(cls, s: str) -> "Variant":
         d = json.loads(s)
-        return cls(**{k: d[k] for k in ("threads", "chunk", "idx32", "unroll", "wide")
+        return cls(**{k: d[k] for k in ("threads", "chunk", "idx32", "unroll", "wide", "lanes")
                       if k in d})
 
     @property
     def compile_options(self) -> tuple:
-        return (self.idx32, self.unroll, self.wide)
+        return (self.idx32, self.unroll, self.wide, self.lanes)
 
 
 DEFAULT = Variant()

@@ -144,3 +144,27 @@ def test_threads_and_chunks_give_the_same_bits(rt):
     (ref,) = replay(rt, k, [x], [])
     for o in outs:
         bits_equal(o, ref)
+
+
+@pytest.mark.parametrize("lanes", [64, 512, 1024, 4096])
+def test_column_lanes_variant_keeps_results(rt, lanes):
+    """The ``lanes`` variant (accumulator bytes per work item, autotuned) changes how the
+    lanes are cut into work items, not the results: a swapped max-normalize is exact, and a
+    column sum is the same pairwise tree, for every width."""
+    from ember.kernel.autotune import Variant
+    shape = (16, 1030, 20)          # enough lane blocks that no width is cut down
+    x = _swapped(shape, np.float32, 3)
+    vx, _ = view(x)
+    L = ir.Load(0, dt.f32)
+    epi = L - ir.Acc(dt.f32)
+    k = ir.Reduce(shape, 2, (vx,), L, "max", epi, dt.f32, (), broadcast=True)
+    p = rt.compile(k, Variant(lanes=lanes))
+    assert p.mode == "column"
+    (out,) = rt.launch(p, [x], [])
+    bits_equal(out, x - x.max(2, keepdims=True))
+    s = ir.Reduce(shape, 2, (vx,), L, "sum", ir.Acc(dt.f32), dt.f32, ())
+    (got,) = rt.launch(rt.compile(s, Variant(lanes=lanes)), [x], [])
+    (ref,) = rt.launch(rt.compile(s), [x], [])
+    bits_equal(got, ref)
+    w = max(16, lanes // 4)
+    assert f"* {w};" in p.source          # the lane block of this width

@@ -72,7 +72,7 @@ ROW_BLOCK = 128          # pairwise-sum block (terms summed with 8 accumulators)
 SPLIT_SEG = 1 << 15      # split-mode segment (a power of two number of blocks)
 MASK_ALL_SELECTS = True  # every float select as a bit-mask select (vectorizes reliably)
 ROW_LANES = 16           # row mode (not float sums): accumulators per position
-COL_BYTES = 2048         # column mode: bytes of accumulators per work item (W lanes)
+COL_BYTES = 1024         # column mode: bytes of accumulators per work item (W lanes)
 DEFAULT_CHUNK = 1 << 14  # elements per work item when the launch passes 0
 
 
@@ -82,12 +82,14 @@ class Options:
     ``unroll``: ``#pragma GCC unroll`` for the inner loops (0: the compiler's choice);
     ``float16``: the compiler has ``_Float16``; ``openmp``: emit OpenMP pragmas;
     ``wide``: ask GCC for 512-bit vectors where the CPU has AVX-512 (GCC prefers 256-bit
-    ones by default; which wins depends on the kernel and the CPU: autotune decides)."""
+    ones by default; which wins depends on the kernel and the CPU: autotune decides);
+    ``col_bytes``: bytes of accumulators per work item in column mode (0: `COL_BYTES`)."""
     idx32: bool = False
     unroll: int = 0
     float16: bool = True
     openmp: bool = True
     wide: bool = False
+    col_bytes: int = 0
 
 
 _PRE_WIDE = """#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)
@@ -1042,7 +1044,7 @@ def _render_reduce(k: ir.Reduce, gen: _Gen, I: str) -> tuple:
         work = P * R
         NV = sizes[-1]
         outer_sizes = sizes[:-1]
-        W = max(16, COL_BYTES // SIZE[ACC])
+        W = max(16, (opts.col_bytes or COL_BYTES) // SIZE[ACC])
         while W > 16 and (NV <= W // 2 or prod(outer_sizes) * ((NV + W - 1) // W) < 16):
             W //= 2        # fewer lanes when the items would be too few to share out
         nvb = (NV + W - 1) // W

@@ -36,7 +36,7 @@ from ..autotune import DEFAULT, Variant, get_autotuner, shape_bucket, structure_
 from ..buffer_pool import default_pool
 from ..c_family import loads_of, nodes
 from .compiler import cpu_id, get_compiler, warn_unavailable_once
-from .render import Options, fits_idx32, render
+from .render import COL_BYTES, Options, fits_idx32, render
 
 __all__ = ["CpuKernelRuntime", "Program", "default_runtime", "default_num_threads"]
 
@@ -248,10 +248,10 @@ class CpuKernelRuntime:
         self._num_threads = max(1, int(n))
 
     # -- compiling --------------------------------------------------------------------------
-    def _options(self, idx32=False, unroll=0, wide=False) -> Options:
+    def _options(self, idx32=False, unroll=0, wide=False, lanes=0) -> Options:
         c = self._compiler
         return Options(idx32=idx32, unroll=unroll, float16=c.float16,
-                       openmp=c.openmp or c.openmp_simd, wide=wide)
+                       openmp=c.openmp or c.openmp_simd, wide=wide, col_bytes=lanes)
 
     def compile(self, kernel, variant: Variant | None = None) -> Program:
         """The program of ``kernel`` (rendered, compiled or found in the caches, loaded)."""
@@ -264,7 +264,8 @@ class CpuKernelRuntime:
             if hit is not None and hit[0] is kernel:
                 return hit[1]
         variant = variant or DEFAULT
-        rd = render(kernel, self._options(variant.idx32, variant.unroll, variant.wide))
+        rd = render(kernel, self._options(variant.idx32, variant.unroll, variant.wide,
+                                          variant.lanes))
         key = self._compiler.key(rd.source)
         # one source may serve kernels that launch differently (an unread bool or u8 input,
         # shapes that collapse alike): a program is keyed by its launch signature too
@@ -461,7 +462,7 @@ class CpuKernelRuntime:
         if fn is None:
             if v.idx32 and not program.idx32_ok:
                 raise ValueError("idx32 does not fit this kernel")
-            rd = render(program.kernel, self._options(v.idx32, v.unroll, v.wide))
+            rd = render(program.kernel, self._options(v.idx32, v.unroll, v.wide, v.lanes))
             _, fn = self._compiler.load(rd.source)
             program._fns[opts] = fn
         return fn
@@ -494,9 +495,11 @@ class CpuKernelRuntime:
             if program.idx32_ok:
                 axes.append(("idx32", [True]))
             axes.append(("unroll", [4]))
+            if program.mode == "column":     # accumulator lanes around COL_BYTES
+                axes.append(("lanes", [COL_BYTES // 2, COL_BYTES * 2]))
             v = self.autotuner.choose(key, axes, run, DEFAULT)
             if v.idx32 and not program.idx32_ok:
-                v = Variant(v.threads, v.chunk, False, v.unroll, v.wide)
+                v = Variant(v.threads, v.chunk, False, v.unroll, v.wide, v.lanes)
             try:
                 self._variant_fn(program, v)
             except Exception:
