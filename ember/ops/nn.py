@@ -1442,3 +1442,143 @@ LOG_SOFTMAX_BACKWARD = declare(
     infer=_sm_bwd_infer_for("log_softmax_backward"), numpy=_log_softmax_bwd_numpy,
     vjp=_log_softmax_bwd_vjp, vjp_needs=True, decompose=_log_softmax_bwd_decompose,
     doc="the input's gradient of log_softmax from its output: g - exp(out) * sum(g, dim)")
+
+
+# -- layer norm over the trailing dims ------------------------------------------------------
+# ``layer_norm(x, [weight], [bias], ndim, eps, has_weight, has_bias)``: x normalized over its
+# last ``ndim`` dims (zero mean, unit biased variance), then scaled and shifted; weight and
+# bias (each optional, of the normalized shape, any dtype: cast to the compute dtype) are
+# the tensor inputs after x, as the flags say. The steps are those of the composite the
+# Tensor API used before (``decompose``): mean = sum * (1/n), xc = x - mean, var =
+# sum(xc * xc) * (1/n), y = xc * (1 / sqrt(var + eps)), then * weight, + bias; f16/bf16
+# computed in f32 and rounded once, f64 in f64. Fusion decomposes it into its
+# reduce-then-broadcast kernels, unless the backend below runs it as one kernel of its own
+# (``Backend.fused_ops``: the Cuda backend, `ember/backend/cuda/norm.py`).
+_quiet_ln = np.errstate(divide="ignore", invalid="ignore", over="ignore")
+
+
+def _ln_parts(wb, has_weight, has_bias):
+    """(weight or None, bias or None) from the inputs after x."""
+    return (wb[0] if has_weight else None), (wb[-1] if has_bias else None)
+
+
+def _ln_infer(x, *wb, ndim, eps, has_weight, has_bias):
+    op = "layer_norm"
+    try:
+        shape, d = x._shape, x._dtype
+    except AttributeError:
+        raise DTypeError(f"{op}: expects a Tensor, got {type(x).__name__}") from None
+    if d.kind != "float":
+        require_kind(op, d, "float")
+    if not isinstance(ndim, int) or isinstance(ndim, bool) or not 1 <= ndim <= len(shape):
+        raise ShapeError(f"{op}: ndim {ndim!r} must be the number of trailing dims of input "
+                         f"{shape} normalized (1..{len(shape)})")
+    if not isinstance(eps, float):
+        raise DTypeError(f"{op}: eps must be a float, got {type(eps).__name__} {eps!r}")
+    want = int(bool(has_weight)) + int(bool(has_bias))
+    if len(wb) != want:
+        raise ShapeError(f"{op}: has_weight={has_weight}, has_bias={has_bias} ask for {want} "
+                         f"tensor input{'s' if want != 1 else ''} after x, got {len(wb)}")
+    ns = shape[len(shape) - ndim:]
+    names = ("weight",) * bool(has_weight) + ("bias",) * bool(has_bias)
+    for t, what in zip(wb, names):
+        if not hasattr(t, "_shape"):
+            raise DTypeError(f"{op}: expects a Tensor as {what}, got {type(t).__name__}")
+        if t._shape != ns:
+            raise ShapeError(f"{op}: {what} {t._shape} must have the normalized shape {ns}")
+    return (shape, d)
+
+
+@_quiet_ln
+def _layer_norm_numpy(x, *wb, ndim, eps, has_weight, has_bias, xp=np):
+    src = x.dtype
+    if x.size == 0:
+        return x.astype(src, copy=True)
+    ct = _ct(x)
+    xc = x.astype(ct, copy=False)
+    axes = tuple(range(x.ndim - ndim, x.ndim))
+    n = 1
+    for a in axes:
+        n *= x.shape[a]
+    inv = ct(1.0 / n)
+    mu = xp.multiply(_rsum_axes(xc, axes, xp), inv)
+    d = xp.subtract(xc, mu)
+    var = xp.multiply(_rsum_axes(xp.multiply(d, d), axes, xp), inv)
+    xp.add(var, ct(eps), out=var)
+    r = xp.sqrt(var)
+    r = xp.divide(ct(1.0), r)
+    y = xp.multiply(d, r, out=d)
+    w, b = _ln_parts(wb, has_weight, has_bias)
+    if w is not None:
+        xp.multiply(y, w.astype(ct, copy=False), out=y)
+    if b is not None:
+        xp.add(y, b.astype(ct, copy=False), out=y)
+    return y.astype(src, copy=False)
+
+
+def _rsum_axes(a, axes, xp):
+    if xp is np:
+        return np.add.reduce(a, axis=axes, keepdims=True)
+    return a.sum(axis=axes, keepdims=True)
+
+
+def _layer_norm_decompose(x, *wb, ndim, eps, has_weight, has_bias):
+    """What ``em.layer_norm`` computed before the primitive (and what Fusion fuses)."""
+    src = x._dtype
+    xf = _sm_up(x)
+    n = len(x._shape)
+    dims = tuple(range(n - ndim, n))
+    mu = xf.mean(dims, keepdim=True)
+    xc = xf - mu
+    var = (xc * xc).mean(dims, keepdim=True)
+    y = xc * (var + eps).rsqrt()
+    w, b = _ln_parts(wb, has_weight, has_bias)
+    if w is not None:
+        y = y * w.cast(y._dtype)
+    if b is not None:
+        y = y + b.cast(y._dtype)
+    return y.cast(src)
+
+
+def _layer_norm_vjp(g, inputs, out, ndim, eps, has_weight, has_bias, needs):
+    """The standard layer-norm backward, with ``xhat = (x - mean) * rstd`` recomputed:
+    ``dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))`` with ``gw = g * weight``,
+    ``dweight = sum(g * xhat)``, ``dbias = sum(g)`` over the leading dims."""
+    x = inputs[0]
+    w, b = _ln_parts(inputs[1:], has_weight, has_bias)
+    xf, gf = _sm_up(x), _sm_up(g)
+    n = len(x._shape)
+    dims = tuple(range(n - ndim, n))
+    lead = tuple(range(n - ndim))
+    mu = xf.mean(dims, keepdim=True)
+    xc = xf - mu
+    rstd = ((xc * xc).mean(dims, keepdim=True) + eps).rsqrt()
+    xhat = xc * rstd
+    dx = dw = db = None
+    if needs[0]:
+        gw = gf * w.cast(gf._dtype) if w is not None else gf
+        dx = _sm_down(rstd * (gw - gw.mean(dims, keepdim=True)
+                              - xhat * (gw * xhat).mean(dims, keepdim=True)), x._dtype)
+    i = 1
+    if w is not None:
+        if needs[i]:
+            t = gf * xhat
+            dw = _sm_down(t.sum(lead) if lead else t, w._dtype)
+        i += 1
+    if b is not None and needs[i]:
+        db = _sm_down(gf.sum(lead) if lead else gf, b._dtype)
+    out = (dx,)
+    if w is not None:
+        out += (dw,)
+    if b is not None:
+        out += (db,)
+    return out
+
+
+LAYER_NORM = declare(
+    "layer_norm", "norm", nin=3, attrs=("ndim", "eps", "has_weight", "has_bias"),
+    infer=_ln_infer, numpy=_layer_norm_numpy, vjp=_layer_norm_vjp, vjp_needs=True,
+    decompose=_layer_norm_decompose,
+    doc="(x - mean) / sqrt(biased var + eps) over the last ndim dims, then * weight + bias "
+        "(each optional: tensor inputs after x as has_weight / has_bias say; f16/bf16 "
+        "computed in f32)")

@@ -1,6 +1,7 @@
 """Module ops of the Tensor API (PyTorch's ``torch.nn.functional`` signatures and layouts):
-convolutions, pooling, interpolation, embedding, and the normalizations layer_norm,
-group_norm and batch_norm (composites of primitives).
+convolutions, pooling, interpolation, embedding, and the normalizations layer_norm (a
+registry primitive that decomposes into the composite), group_norm and batch_norm
+(composites of primitives).
 
 Arguments are normalized here (ints to per-dim tuples, defaults filled in) so the registry
 ops get canonical attributes. Conv and pool functions also take unbatched inputs
@@ -370,7 +371,7 @@ def embedding(weight, indices):
     return apply(N.EMBEDDING, (weight, indices))
 
 
-# -- normalization (composites) -------------------------------------------------------------
+# -- normalization -------------------------------------------------------------------------
 def _compute_float(x):
     """Half-precision inputs are normalized in f32 (then cast back), as PyTorch does."""
     return x.float() if x._dtype in (dt.float16, dt.bfloat16) else x
@@ -398,13 +399,12 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
     for t, what in ((weight, "weight"), (bias, "bias")):
         if t is not None and _tensor(op, t, what)._shape != ns:
             raise ShapeError(f"{op}: {what} {t._shape} must have the normalized shape {ns}")
-    xf = _compute_float(x)
-    y, _, _ = _normalize(xf, tuple(range(len(x._shape) - k, len(x._shape))), eps)
-    if weight is not None:
-        y = y * weight.cast(y._dtype)
-    if bias is not None:
-        y = y + bias.cast(y._dtype)
-    return y.cast(x._dtype)
+    # the registry primitive (ember/ops/nn.py): its decomposition is the composite this
+    # function computed before, which Fusion fuses unless the backend runs it as one kernel
+    wb = tuple(t for t in (weight, bias) if t is not None)
+    return apply(N.LAYER_NORM, (x,) + wb, {"ndim": k, "eps": float(eps),
+                                           "has_weight": weight is not None,
+                                           "has_bias": bias is not None})
 
 
 def _channel_param(op, t, what, c, nd_rest):
