@@ -43,6 +43,10 @@ class Backend(metaclass=_Interned):
     kind = "cpu"             # the hardware family a device of this backend lives on
     inner: "Backend | None" = None
     is_autodiff = False
+    #: names of registry ops with a ``decompose`` that this backend runs as a fused kernel
+    #: of its own, faster than Fusion's kernels for the decomposition: a Fusion over this
+    #: backend runs them here (inputs materialized) rather than decomposing them
+    fused_ops: frozenset = frozenset()
 
     def __init__(self):
         self._devices = {}

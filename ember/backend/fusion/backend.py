@@ -10,7 +10,8 @@ once on the inner backend too (``min_numel``; docs/fusion.md, "Small ops run at 
 An op that declares a ``decompose`` (a fused primitive such as ``adam_update``) runs as that
 decomposition -- Tensor ops on this device, recorded and fused like any others -- when its
 output has at least ``min_numel`` elements (always, with ``min_numel=0``), and as the
-primitive on the inner backend below that.
+primitive on the inner backend below that; an op the inner backend lists in its
+``fused_ops`` (it has a faster kernel of its own: layer norm on Cuda) always runs there.
 
 A reduction over several dims is recorded as one single-dim reduction per dim (innermost
 first, keeping dims), then a reshape and a cast; f16/bf16 sums and products accumulate in
@@ -153,6 +154,9 @@ class Fusion(Backend):
         #: backend at once (the same computation, without recording and planning)
         self.alone = set()
         self.execute = self._execute_fused if self.runtime is not None else self._passthrough
+        #: ops with a decomposition that the inner backend runs as one kernel of its own
+        #: (``Backend.fused_ops``: layer norm on Cuda): they run there, not decomposed
+        self._fused_inner = frozenset(getattr(inner, "fused_ops", ()))
         #: user kernels registered on the inner backend (by op name): those ops are not fused
         self._custom = getattr(inner, "custom_kernels", None)
         if self._custom is not None and self.runtime is not None:
@@ -190,7 +194,7 @@ class Fusion(Backend):
                 k = VIEW
             elif op.category == "reduce" and op.name in _REDUCTIONS:
                 k = RED
-        if not k and op.decompose is not None:
+        if not k and op.decompose is not None and op.name not in self._fused_inner:
             k = DECOMP
         self._kinds[op] = k
         return k
