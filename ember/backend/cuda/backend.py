@@ -39,6 +39,10 @@ _DL_CUDA = (2, 13)          # DLPack device types: CUDA, CUDA managed
 class Cuda(Backend):
     name = "cuda"
     kind = "cuda"
+    #: ops with a decomposition that this backend runs as one kernel of its own (layer norm:
+    #: `norm.py`, one read and one write, where Fusion's decomposition takes two kernels):
+    #: Fusion(Cuda) runs them here instead of decomposing them
+    fused_ops = frozenset({"layer_norm"})
 
     def __init__(self):
         cp, why = _cupy.load()

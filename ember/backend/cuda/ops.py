@@ -818,6 +818,11 @@ def direct_path(name, cp):
     return None
 
 
+def _layer_norm_impl(cp, xp):
+    from .norm import layer_norm_impl      # (its kernel source: ember/backend/cuda/norm.py)
+    return layer_norm_impl(cp, xp)
+
+
 #: op name -> builder(cupy, xp) -> fn(*arrays, **attrs)
 CUDA_IMPLS = {
     "erf": _erf_impl,
@@ -829,6 +834,7 @@ CUDA_IMPLS = {
     "max_pool2d": _max_pool_impl(2, False),
     "max_pool1d_with_indices": _max_pool_impl(1, True),
     "max_pool2d_with_indices": _max_pool_impl(2, True),
+    "layer_norm": _layer_norm_impl,
 }
 
 
