@@ -127,6 +127,52 @@ def ew_cases():
     cases.append(("64-bit indexing", k, [x], [], CudaVariant(idx64=True)))
     cases.append(("block 1024 ept 4", k, [x], [], CudaVariant(block=1024, ept=4)))
     cases.append(("vec 16", k, [x], [], CudaVariant(vec=16)))
+    # vectors wider than one access: U chunks of 16 bytes a block apart per thread (tails,
+    # partial rows of chunks, broadcast and strided inputs, Index, narrow storage)
+    n = 1000003
+    xs, ys = floats(n), floats(2 * n)
+    k = ir.Elementwise((n,), (ir.BufferView(dt.f32, (1,)), ir.BufferView(dt.f32, (0,)),
+                              ir.BufferView(dt.f32, (2,), 1)),
+                       (ir.Load(0, dt.f32) * ir.Load(1, dt.f32) + ir.Load(2, dt.f32),
+                        ir.cast(ir.Load(0, dt.f32), dt.f16)), (dt.f32, dt.f16))
+    for v in (8, 16):
+        cases.append((f"chunks vec {v} flat + tail", k, [xs, np.float32([1.5]), ys], [],
+                      CudaVariant(vec=v)))
+        cases.append((f"chunks vec {v} block 128", k, [xs, np.float32([1.5]), ys], [],
+                      CudaVariant(vec=v, block=128, ept=1)))
+    rows = floats((64, 96))
+    k = ir.Elementwise((64, 96), (view(rows), ir.BufferView(dt.f32, (0, 1))),
+                       (ir.Load(0, dt.f32) + ir.Load(1, dt.f32),), (dt.f32,))
+    cases.append(("chunks vec 8 rows + bias", k, [rows, bias], [], CudaVariant(vec=8)))
+    h = floats(4099, np.float16)
+    k = ir.Elementwise((4099,), (ir.BufferView(dt.f16, (1,)),),
+                       (ir.cast(ir.Load(0, dt.f16), dt.f32) * 2.0,), (dt.f32,))
+    cases.append(("chunks vec 16 f16 in f32 out", k, [h], [], CudaVariant(vec=16, block=32)))
+    k = ir.Elementwise((4, 6, 8), (), (ir.cast(ir.Index(0), dt.f32) * 100.0
+                                       + ir.cast(ir.Index(1), dt.f32) * 10.0
+                                       + ir.cast(ir.Index(2), dt.f32),), (dt.f32,))
+    cases.append(("chunks vec 8 Index", k, [], [], CudaVariant(vec=8, block=32)))
+
+    # f32 division by a kernel constant (an Arg, a Const; multiply by the reciprocal in
+    # f64): the division's bits, specials and a subnormal midpoint (3 * 2^-149 / 6) included
+    sp = np.float32([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 3 * 2.0 ** -149,
+                     1.1754942e-38, 1.1754944e-38, 3.4028235e38, -3.4028235e38, 1.0, 6.0, 7.0])
+    dx = np.concatenate([sp, floats(4001), floats(3000) * np.float32(1e-37),
+                         floats(3000) * np.float32(1e37),
+                         RNG.integers(0, 1 << 32, 4000, dtype=np.uint64).astype(
+                             np.uint32).view(np.float32)])
+    k = ir.Elementwise((dx.size,), (ir.BufferView(dt.f32, (1,)),),
+                       (ir.Load(0, dt.f32) / ir.Arg(0, dt.f32),
+                        ir.Load(0, dt.f32) / ir.Const(6.0, dt.f32),
+                        ir.Load(0, dt.f32) / ir.Const(1e-30, dt.f32),
+                        ir.Load(0, dt.f32) / ir.Const(0.0, dt.f32)), (dt.f32,) * 4,
+                       (dt.f32,))
+    for c in (math.sqrt(2.0), 6.0, 3e-39, -1e30, 0.0, math.inf, math.nan):
+        cases.append((f"division by a constant ({c})", k, [dx], [c], None))
+    k = ir.Elementwise((4099,), (ir.BufferView(dt.f16, (1,)),),
+                       (ir.Load(0, dt.f16) / ir.Arg(0, dt.f16),), (dt.f16,), (dt.f16,))
+    cases.append(("f16 division by an Arg", k, [h], [0.375], None))
+
     k = ir.Elementwise((0, 5), (ir.BufferView(dt.f32, (5, 1)),), (ir.Load(0, dt.f32),),
                        (dt.f32,))
     cases.append(("empty", k, [np.zeros(1, np.float32)], [], None))
@@ -278,12 +324,17 @@ def test_layouts_chosen():
 def test_vector_widths_and_alignment():
     k = ir.Elementwise((1 << 20,), (ir.BufferView(dt.f32, (1,)),),
                        (ir.Load(0, dt.f32) * 2.0,), (dt.f32,))
-    rd = render(k)
-    assert rd.vec == 4 and rd.aligned == (16, 16) and "uint4" in rd.source
+    rd = render(k)           # two chunks of 4 floats per thread and step
+    assert rd.vec == 8 and rd.aligned == (16, 16) and "ember_v_float_4x2" in rd.source
+    assert render(k, Options(vec=4)).vec == 4 and "uint4" in render(k, Options(vec=4)).source
     k16 = ir.Elementwise((1 << 20,), (ir.BufferView(dt.f16, (1,)),),
                          (ir.cast(ir.Load(0, dt.f16), dt.f32),), (dt.f32,))
     assert render(k16).aligned == (8, 16)           # 4 halfs in, 4 floats out
     assert render(k, Options(vec=1)).vec == 1 and "uint4" not in render(k, Options(vec=1)).source
+    # wider: chunks of one 16-byte access, a block of chunks apart, all loaded first
+    r8 = render(k, Options(vec=8, block=128))
+    assert r8.vec == 8 and r8.aligned == (16, 16) and "ember_v_float_4x2" in r8.source
+    assert r8.launches[0].items == (1 << 18) // 2 and "cb + 128" in r8.source
     # an offset that is not a multiple of the width: no vector loads from that input
     ko = ir.Elementwise((1 << 20,), (ir.BufferView(dt.f32, (1,), 1),),
                         (ir.Load(0, dt.f32) * 2.0,), (dt.f32,))
@@ -291,7 +342,7 @@ def test_vector_widths_and_alignment():
     # a last dim the width does not divide (padded rows, not merged): narrower vectors
     k2 = ir.Elementwise((100, 6), (ir.BufferView(dt.f32, (8, 1)),),
                         (ir.Load(0, dt.f32) * 2.0,), (dt.f32,))
-    assert render(k2).vec == 2
+    assert render(k2).vec == 4 and render(k2).aligned == (8, 8)     # 2 chunks of 2 floats
 
 
 def test_index_width():

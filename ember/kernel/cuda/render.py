@@ -58,10 +58,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ... import dtype as dt
 from .. import ir
 from ..c_family import (C_TYPE, LOW, SIZE, UNSIGNED, WIDE, Dialect, ScopeBase, Src, contig,
-                        loads_of, prod, uses_index)
+                        loads_of, nodes, prod, uses_index)
 from ..c_family import cast_code as _cast_code
 from ..c_family import load_code as _load_code
 from ..c_family import store_code as _store_code
@@ -78,9 +80,10 @@ MAX_BLOCK = 1024
 class Options:
     """Compile-time choices (the autotuner varies them).
 
-    ``block``: threads per block (elementwise, row reductions; 0: 256).
-    ``vec``: elementwise elements per vector access (0: 16 bytes of the widest operand;
-    1: scalar only). ``idx32``: 32-bit indexing where it fits.
+    ``block``: threads per block (0: 128 for elementwise kernels, 256 for row reductions).
+    ``vec``: elementwise elements per thread and step, in chunks of one vector access of
+    at most 16 bytes of the widest operand, a block of chunks apart (0: two chunks of 16
+    bytes; 1: scalar only). ``idx32``: 32-bit indexing where it fits.
     ``tpr``: row reductions, threads per output (0: by the axis length).
     ``by``: column reductions, threads per output (0: 8)."""
     block: int = 0
@@ -250,6 +253,14 @@ class _Gen:
                               f"{{ {bits} b; {get} {put} }}")
         return name
 
+    def vec_union_chunks(self, ctype: str, w: int, u: int) -> str:
+        """A union of ``u`` chunks of ``w`` elements, each chunk one vector access."""
+        name = f"ember_v_{ctype}_{w}x{u}"
+        if name not in self.helpers:
+            acc, n = _vec_access(SIZE[ctype] * w)
+            self.helpers[name] = (f"union {name} {{ {acc} q[{n * u}]; {ctype} e[{w * u}]; }};")
+        return name
+
     def vec_union(self, ctype: str, vec: int) -> str:
         name = f"ember_v_{ctype}_{vec}"
         if name not in self.helpers:
@@ -265,12 +276,77 @@ def _storage(d: dt.DType) -> str:
     return "uint16_t" if d in LOW else C_TYPE[d]
 
 
+def _const_divisor(e) -> bool:
+    """Whether ``e`` is an f32 division by a kernel constant (an `ir.Arg` or `ir.Const`):
+    those run as a multiply by the divisor's reciprocal in f64 (`_DIVK`)."""
+    return (isinstance(e, ir.Binary) and e.op == "div" and _cd(e.dtype) is dt.float32
+            and isinstance(e.b, (ir.Arg, ir.Const)) and _cd(e.b.dtype) is dt.float32)
+
+
+# x / c for a divisor c that is the same for every element (a scalar Arg or a constant),
+# given r = 1 / (double)c rounded to nearest (once per thread): the same bits as the IEEE
+# division x / c, at the cost of two conversions and a multiply instead of the division's
+# reciprocal, Newton steps, range check and branch. Why it is exact: x = X 2^a, c = C 2^b
+# (|X|, |C| < 2^24) and a rounding boundary of f32 (a midpoint m = M 2^e, M odd, of two
+# floats) is never x / c itself when m is a normal number (x = m c would need the odd
+# number M C' < 2^24, C' the odd part of C, but M > 2^24), and |x - m c| >= 2^min(a, e + b)
+# puts x / c at a relative distance above 2^-49 from m, while (double)x * r is within
+# 2^-52 of x / c: both round to the same float (overflow to infinity included, its
+# threshold is a midpoint too). A subnormal midpoint can equal x / c (c = 6,
+# x = 3 * 2^-149), so nonzero results below 2^-126 take the division (never with normal
+# data); zeros, infinities and NaNs of x and c come out of the double arithmetic as the
+# division's (signs included). Checked against the division over all 2^32 x for 523
+# divisors on an H200.
+_DIVQ = ("EMBER_D float ember_divq(float x, double r) { return (float)((double)x * r); }\n"
+         "EMBER_D bool ember_divq_redo(float q, float x) "
+         "{ return fabsf(q) < 0x1p-126f && x != 0.0f; }")
+_DIVK = ("EMBER_D float ember_divk(float x, float c, double r) {\n"
+         "  float q = ember_divq(x, r);\n"
+         "  if (ember_divq_redo(q, x)) q = x / c;\n"
+         "  return q;\n"
+         "}")
+
+
 class _Scope(ScopeBase):
-    """Emits CUDA C statements evaluating expressions at one position (see `ScopeBase`)."""
+    """Emits CUDA C statements evaluating expressions at one position (see `ScopeBase`).
+
+    An f32 division by a kernel constant (`_const_divisor`) gives the division's bits in
+    one of three ways (``div``): ``"k"`` `ember_divk` (the multiply, and the division where
+    the multiply cannot tell); ``"q"`` the multiply alone, or-ing into ``ember_redo``
+    whether the division must be redone (the caller then evaluates the expressions again
+    with ``"x"``, the plain division): no branch among the expressions, so the compiler
+    interleaves the elements of a vector; ``"x"``."""
 
     dialect = _DIALECT
     load_code = staticmethod(_load_code)
     cast_code = staticmethod(_cast_code)
+
+    def __init__(self, *a, div: str = "k", **kw):
+        super().__init__(*a, **kw)
+        self.div = div
+        self.redo = False          # an ``ember_redo`` flag was set ("q")
+
+    def _node(self, e) -> str:
+        if not _const_divisor(e) or self.div == "x":
+            return super()._node(e)
+        if _cd(e.a.dtype) is not dt.float32:
+            raise TypeError(f"render: binary div of {_cd(e.a.dtype).short} and f32 operands "
+                            f"(operands share a dtype; add a Cast)")
+        self.g.helpers.setdefault("ember_divq", _DIVQ)
+        x, c = self.memo[id(e.a)], self.memo[id(e.b)]
+        if isinstance(e.b, ir.Arg):
+            r = f"argr{e.b.index}"
+        else:
+            with np.errstate(divide="ignore"):
+                rv = np.float64(1.0) / np.float64(np.float32(e.b.value))
+            r = self.dialect.float_lit(float(rv), dt.float64)
+        if self.div == "k":
+            self.g.helpers.setdefault("ember_divk", _DIVK)
+            return self._bind(f"ember_divk({x}, {c}, {r})", e.dtype)
+        q = self._bind(f"ember_divq({x}, {r})", e.dtype)
+        self.lines.append(f"ember_redo |= ember_divq_redo({q}, {x});")
+        self.redo = True
+        return q
 
 
 def _collapse(sizes, strides, merge: bool):
@@ -312,12 +388,21 @@ def _params(k, out_dtypes, scratch: bool, aligned: bool) -> str:
     return ", ".join(ps)
 
 
+def _divisor_args(k) -> set:
+    """The args that divide an f32 value somewhere in ``k`` (see `_const_divisor`)."""
+    exprs = list(k.exprs) if isinstance(k, ir.Elementwise) else [k.prologue, k.epilogue]
+    return {n.b.index for n in nodes(exprs) if _const_divisor(n) and isinstance(n.b, ir.Arg)}
+
+
 def _arg_decls(k) -> list:
     out = []
+    divs = _divisor_args(k)
     for i, ad in enumerate(k.args):
         ad = _cd(ad)
         if ad.is_float:
             out.append(f"const {C_TYPE[ad]} arg{i} = ({C_TYPE[ad]})arg{i}_;")
+            if i in divs and ad is dt.float32:
+                out.append(f"const double argr{i} = 1.0 / (double)arg{i};")
         elif ad.is_bool:
             out.append(f"const uint8_t arg{i} = (uint8_t)(arg{i}_ != 0);")
         else:
@@ -376,26 +461,32 @@ def _render_elementwise(k: ir.Elementwise, gen: _Gen, I: str, opts: Options) -> 
         sizes, cstrides, dims = [1], [[0] for _ in range(nb)], [[]]
     D = len(sizes)
     last = D - 1
-    block = opts.block or 256
+    block = opts.block or 128
     src = Src()
     n_out = len(k.exprs)
-    # the vector width: a power of two; N-d kernels need it to divide the last dim
-    vec = opts.vec or default_vec(k)
+    # the vector width: a power of two, split into U chunks of W elements (at most 16 bytes
+    # of the widest operand: one access each); N-d kernels need W to divide the last dim
+    vec = opts.vec or 2 * default_vec(k)
     vec = max(1, min(_pow2ceil(vec), 16))
-    while vec > 1 and ((D > 1 and sizes[last] % vec) or N < 2 * vec):
-        vec //= 2
+    W = min(vec, default_vec(k))
+    U = vec // W
+    while W > 1 and ((D > 1 and sizes[last] % W) or N < 2 * W):
+        W //= 2
+    if W == 1:
+        U = 1
+    vec = W * U
     vin = []          # inputs read with vector loads
     for b in range(nb):
-        if b in used and vec > 1 and cstrides[b][last] == 1 and offs[b] % vec == 0 and \
-                all(cstrides[b][d] % vec == 0 for d in range(last)):
+        if b in used and W > 1 and cstrides[b][last] == 1 and offs[b] % W == 0 and \
+                all(cstrides[b][d] % W == 0 for d in range(last)):
             vin.append(b)
     aligned = [0] * (nb + n_out)
-    if vec > 1:
+    if W > 1:
         for b in vin:
-            aligned[b] = min(16, vec * SIZE[_storage(k.inputs[b].dtype)])
+            aligned[b] = min(16, W * SIZE[_storage(k.inputs[b].dtype)])
         for i, od in enumerate(k.out_dtypes):
-            aligned[nb + i] = min(16, vec * SIZE[_storage(od)])
-    has_aligned = vec > 1
+            aligned[nb + i] = min(16, W * SIZE[_storage(od)])
+    has_aligned = W > 1
 
     src.open(f'extern "C" __global__ void __launch_bounds__({block}) '
              f'ember_kernel({_params(k, k.out_dtypes, False, has_aligned)})')
@@ -431,52 +522,103 @@ def _render_elementwise(k: ir.Elementwise, gen: _Gen, I: str, opts: Options) -> 
             src(f"out{i}[i] = {_store_code(val, e.dtype, od)};")
         src.close()
 
-    if vec > 1:
-        NG = N // vec
+    if W > 1:
+        NC = N // W                   # chunks of W elements
+        NS = -(-NC // (block * U)) * block if U > 1 else NC
         src.open("if (ember_aligned)")
-        src(f"const {I} NG = {NG};")
-        src.open(f"for ({I} g = tid; g < NG; g += nth)")
-        src(f"const {I} e0 = g * {vec};")
-        _decompose(src, I, "e0", sizes, cstrides, offs, nb)
-        for b in vin:
-            un = gen.vec_union(_storage(k.inputs[b].dtype), vec)
-            acc, n = _vec_access(SIZE[_storage(k.inputs[b].dtype)] * vec)
-            src(f"{un} v{b};")
-            src(f"const {acc} *p{b} = reinterpret_cast<const {acc} *>(in{b} + o{b});")
-            for q in range(n):
-                src(f"v{b}.q[{q}] = p{b}[{q}];")
-        runs = []
-        for i, od in enumerate(k.out_dtypes):
-            un = gen.vec_union(_storage(od), vec)
-            src(f"{un} r{i};")
-            runs.append(un)
-        src("#pragma unroll")
-        src.open(f"for (int j = 0; j < {vec}; j++)")
+        src(f"const {I} NC = {NC}; (void)NC;")
+        src.open(f"for ({I} g = tid; g < {NS}; g += nth)")
+        if U > 1:
+            # the thread's chunks: U chunks one block of chunks apart (each access of a warp
+            # is contiguous), all loaded before any is computed
+            src(f"const {I} cb = (g - ({I})threadIdx.x) * {U} + ({I})threadIdx.x;")
 
-        def vload(b):
-            if b in vin:
-                return f"v{b}.e[j]"
-            s = cstrides[b][last]
-            return f"in{b}[o{b}]" if s == 0 else f"in{b}[o{b} + j * ({I}){s}]"
-        sc = _Scope(gen, k.inputs, vload, index_of("j"))
-        vals = [sc.value(e) for e in k.exprs]
-        src(*sc.lines)
-        for i, (e, od, val) in enumerate(zip(k.exprs, k.out_dtypes, vals)):
-            src(f"r{i}.e[j] = {_store_code(val, e.dtype, od)};")
+        def chunk(u, store=False):
+            """Open chunk u's block (closed by `end`): its first element e0, the offsets
+            o<b> and the indices. A chunk past the end (U > 1) loads and computes the last
+            chunk again (no branch among the chunks' values) and stores nothing."""
+            src.open("")
+            if U == 1:
+                src(f"const {I} e0 = g * {W};")
+            elif store:
+                src(f"const {I} c{u} = cb + {u * block};")
+                src.open(f"if (c{u} < NC)")
+                src(f"const {I} e0 = c{u} * {W};")
+            else:
+                src(f"const {I} c{u} = cb + {u * block};")
+                src(f"const {I} e0 = (c{u} < NC ? c{u} : NC - 1) * {W};")
+            _decompose(src, I, "e0", sizes, cstrides, offs, nb)
+
+        def end(store=False):
+            if U > 1 and store:
+                src.close()
+            src.close()
+
+        def rname(i, u):
+            return f"r{i}" if U == 1 else f"r{i}_{u}"
+
+        for b in vin:
+            st = _storage(k.inputs[b].dtype)
+            un = gen.vec_union(st, W) if U == 1 else gen.vec_union_chunks(st, W, U)
+            src(f"{un} v{b};")
+        for u in range(U):
+            chunk(u)
+            for b in vin:
+                acc, n = _vec_access(SIZE[_storage(k.inputs[b].dtype)] * W)
+                src(f"const {acc} *p{b} = reinterpret_cast<const {acc} *>(in{b} + o{b});")
+                for q in range(n):
+                    src(f"v{b}.q[{u * n + q}] = p{b}[{q}];")
+            end()
+        for u in range(U):
+            for i, od in enumerate(k.out_dtypes):
+                src(f"{gen.vec_union(_storage(od), W)} {rname(i, u)};")
+
+        def elements(u, div):
+            """Chunk u's values into r<i>: its loop over the elements (``div``: `_Scope`)."""
+            def vload(b):
+                if b in vin:
+                    return f"v{b}.e[{f'{u * W} + ' if u else ''}j]"
+                s_ = cstrides[b][last]
+                return f"in{b}[o{b}]" if s_ == 0 else f"in{b}[o{b} + j * ({I}){s_}]"
+            chunk(u)
+            sc = _Scope(gen, k.inputs, vload, index_of("j"), div=div)
+            vals = [sc.value(e) for e in k.exprs]
+            src("#pragma unroll")
+            src.open(f"for (int j = 0; j < {W}; j++)")
+            src(*sc.lines)
+            for i, (e, od, val) in enumerate(zip(k.exprs, k.out_dtypes, vals)):
+                src(f"{rname(i, u)}.e[j] = {_store_code(val, e.dtype, od)};")
+            src.close()
+            end()
+        # divisions by a kernel constant as a multiply, without a branch among the elements
+        # (`_Scope`); where the multiply cannot tell (a nonzero subnormal quotient: never
+        # with normal data), every chunk of the thread again with divisions
+        redo = any(_const_divisor(n) for n in nodes(k.exprs))
+        if redo:
+            src("bool ember_redo = false;")
+        for u in range(U):
+            elements(u, "q" if redo else "k")
+        if redo:
+            src.open("if (ember_redo)")
+            for u in range(U):
+                elements(u, "x")
+            src.close()
+        for u in range(U):
+            chunk(u, store=True)
+            for i, od in enumerate(k.out_dtypes):
+                acc, n = _vec_access(SIZE[_storage(od)] * W)
+                src(f"{acc} *w{i} = reinterpret_cast<{acc} *>(out{i} + e0);")
+                for q in range(n):
+                    src(f"w{i}[{q}] = {rname(i, u)}.q[{q}];")
+            end(store=True)
         src.close()
-        for i, od in enumerate(k.out_dtypes):
-            acc, n = _vec_access(SIZE[_storage(od)] * vec)
-            src(f"{acc} *w{i} = reinterpret_cast<{acc} *>(out{i} + e0);")
-            for q in range(n):
-                src(f"w{i}[{q}] = r{i}.q[{q}];")
-        src.close()
-        if N % vec:
-            scalar_loop(f"NG * {vec} + tid")
+        if N % W:
+            scalar_loop(f"NC * {W} + tid")
         src.close()
         src.open("else")
         scalar_loop("tid")
         src.close()
-        items = NG
+        items = NS
     else:
         scalar_loop("tid")
         items = N
