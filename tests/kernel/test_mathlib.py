@@ -34,12 +34,13 @@ REF = {"exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log2":
 
 # Max error (ulps) asserted for f32. Measured over all 2^32 inputs with the C renderer (which
 # is bit-identical to the evaluator; f32 polynomials with fused multiply-adds): exp 1.043,
-# exp2 1.110, expm1 1.219, log 0.843, log2 0.500, log1p 0.843, erf 1.134 (against SciPy's
-# erf), tanh 1.307, sigmoid 1.502, and 0.5001 for sin, cos,
+# exp2 1.110, expm1 1.219, log 0.843, log2 0.500, log1p 0.843, erf 1.065 (every normal
+# f32 below 4 against math.erf; 1.134 before its polynomials took one constant per fma),
+# tanh 1.307, sigmoid 1.502, and 0.5001 for sin, cos,
 # tan, sinh, cosh, asin, acos, atan (computed in f64, rounded once); pow and atan2 0.5001
 # on 2^30 random pairs. The requirement is 2.
 BOUND32 = {"exp": 1.05, "exp2": 1.12, "expm1": 1.22, "log": 0.85, "log2": 0.501,
-           "log1p": 0.85, "erf": 1.14, "tanh": 1.31, "sigmoid": 1.51, "sin": 0.501,
+           "log1p": 0.85, "erf": 1.07, "tanh": 1.31, "sigmoid": 1.51, "sin": 0.501,
            "cos": 0.501, "tan": 0.501, "sinh": 0.501, "cosh": 0.501, "asin": 0.501,
            "acos": 0.501, "atan": 0.501, "pow": 0.501, "atan2": 0.501}
 
