@@ -59,6 +59,11 @@ def test_planning():
     assert _plan(sw, 1)[0] == "tile_{}_32" and _plan(sw, 1)[4] == 3
     assert _plan(sw, 1, 8)[0] == "tile_{}_16"                  # f64: a narrower tile
     assert _plan(x, 1)[0] == "rows_{}_w_s"
+    assert norm._plan_for(sw, 1, "f32", 4)[2] == "ember_ln_tile_f32_32v"   # 16-byte reads
+    assert norm._plan_for(sw[:, 1:], 1, "f32", 4)[2] is not None      # (checked per call)
+    assert norm._plan_for(np.swapaxes(np.empty((4, 256, 63), np.float32), 1, 2), 1, "f32",
+                          4)[2] is None                               # rows not aligned
+    assert norm._plan_for(sw, 1, "f64", 8)[2] is None
     assert _plan(np.empty((8, 5000), np.float32), 1)[0] == "rows_{}_b_s"
     assert _plan(np.empty((8, 20000), np.float32), 1)[0] == "rows_{}_b_g"
     assert _plan(np.empty((8, 1000), np.float64), 1, 8)[0] == "rows_{}_w_g"
@@ -143,6 +148,8 @@ def _layouts():
         ("permuted", a.transpose(2, 0, 1), 1), ("permuted_2d", a.transpose(2, 0, 1), 2),
         ("flipped", a[::-1, :, ::-1], 1), ("sliced", a[:, ::3, 1:], 1),
         ("swapped_sliced", np.swapaxes(a, 1, 2)[1:, 3:17], 1),
+        ("swapped_wide", np.swapaxes(rng.normal(size=(2, 64, 72)), 1, 2), 1),   # 16-byte reads
+        ("swapped_wide_offset", np.swapaxes(rng.normal(size=(2, 64, 76)), 1, 2)[:, 1:], 1),
         ("5d_moved", np.moveaxis(b, 4, 1), 1), ("5d_moved_2d", np.moveaxis(b, 0, 4), 2),
         ("expanded", np.broadcast_to(a[:1], (4, 40, 20)), 1),
         ("expanded_swapped", np.swapaxes(np.broadcast_to(a[:1], (4, 40, 20)), 1, 2), 1),

@@ -13,7 +13,10 @@ C-contiguous first. y is C-contiguous, row ``r`` (the leading dims' flat index) 
   stride): a block takes ``TC`` (32, 16 or 8) neighbouring rows along that dim, reads the
   ``N x TC`` tile into shared memory with coalesced ``TC``-wide reads, reduces each column,
   and writes each row of y contiguously (warps over rows, lanes along the row). The tile's
-  pitch is ``TC + 1`` so neither the column reads nor the row reads hit one bank.
+  pitch is ``TC + 1`` so neither the column reads nor the row reads hit one bank. Each
+  thread issues its loads in batches of 16 (f32 with 16-byte aligned rows: 8 reads of 4
+  floats) before storing them: written as one predicated loop, each load sat in a branch of
+  its own and a thread had one load in flight (2.35x the copy floor on an H100).
 
 The arithmetic is the reference's (``_layer_norm_numpy``), in f32 for f16 (bf16 arrives as
 f32: `Cuda._runner` upcasts it) and f64 for f64: mean = sum * (1/n), d = x - mean, var =
@@ -107,24 +110,103 @@ __device__ __forceinline__ void ember_ln_rows(
   }
 }
 
-// tile: TC neighbouring rows along leading dim `ld` (unit stride in x) per block of 256
-// threads, staged as an N x TC tile (pitch TC + 1) in dynamic shared memory
+// tile: TC neighbouring rows along leading dim `ld` (unit stride in x) per block of
+// EMBER_LN_NT threads, staged as an N x TC tile (pitch TC + 1) in dynamic shared memory.
+// Loads go in batches of independent loads into registers, then to shared memory (a load
+// per branch, as a predicated loop compiles, keeps one load in flight per thread); VEC
+// reads 4 floats at once where the tile's rows are 16-byte aligned (the host checks).
+#define EMBER_LN_NT 256
+struct __align__(16) ember_f4 { float x, y, z, w; };
+
 template <typename T, int TC>
+__device__ __forceinline__ void ember_ln_load(
+    typename ember_ct<T>::type* tile, const T* __restrict__ xt, ember_i64 sn, ember_i64 Sl,
+    int n, int nv, int tid) {
+  typedef typename ember_ct<T>::type F;
+  constexpr int NT = EMBER_LN_NT, R = NT / TC, U = 16;
+  const int c = tid % TC, j0 = tid / TC;   // (NT is a multiple of TC: c stays put)
+  if (nv == TC) {
+    int j = j0;
+    for (; j + (U - 1) * R < n; j += U * R) {
+      F v[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) v[u] = (F)ember_f(xt[(ember_i64)(j + u * R) * sn + c * Sl]);
+#pragma unroll
+      for (int u = 0; u < U; ++u) tile[(j + u * R) * (TC + 1) + c] = v[u];
+    }
+    for (; j < n; j += R) tile[j * (TC + 1) + c] = (F)ember_f(xt[(ember_i64)j * sn + c * Sl]);
+  } else if (c < nv) {
+    for (int j = j0; j < n; j += R)
+      tile[j * (TC + 1) + c] = (F)ember_f(xt[(ember_i64)j * sn + c * Sl]);
+  }
+}
+
+template <int TC>
+__device__ __forceinline__ void ember_ln_load_v4(
+    float* tile, const float* __restrict__ xt, ember_i64 sn, int n, int nv, int tid) {
+  constexpr int NT = EMBER_LN_NT, Q = TC / 4, R = NT / Q, U = 8;
+  if (nv != TC) {                           // a partial tile: one float at a time
+    ember_ln_load<float, TC>(tile, xt, sn, 1, n, nv, tid);
+    return;
+  }
+  const int q = tid % Q, j0 = tid / Q;
+  int j = j0;
+  for (; j + (U - 1) * R < n; j += U * R) {
+    ember_f4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      v[u] = *reinterpret_cast<const ember_f4*>(xt + (ember_i64)(j + u * R) * sn + 4 * q);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float* d = tile + (j + u * R) * (TC + 1) + 4 * q;
+      d[0] = v[u].x; d[1] = v[u].y; d[2] = v[u].z; d[3] = v[u].w;
+    }
+  }
+  for (; j < n; j += R) {
+    const ember_f4 v = *reinterpret_cast<const ember_f4*>(xt + (ember_i64)j * sn + 4 * q);
+    float* d = tile + j * (TC + 1) + 4 * q;
+    d[0] = v.x; d[1] = v.y; d[2] = v.z; d[3] = v.w;
+  }
+}
+
+// the sum of column c over rows p, p + P, ... (four accumulators: short dependency chains)
+template <typename F, int TC>
+__device__ __forceinline__ F ember_ln_col_sum(const F* tile, int c, int p, int P, int n,
+                                              F mu, bool centered) {
+  F s0 = (F)0, s1 = (F)0, s2 = (F)0, s3 = (F)0;
+  int j = p;
+  for (; j + 3 * P < n; j += 4 * P) {
+    F a = tile[j * (TC + 1) + c], b = tile[(j + P) * (TC + 1) + c];
+    F d = tile[(j + 2 * P) * (TC + 1) + c], e = tile[(j + 3 * P) * (TC + 1) + c];
+    if (centered) {
+      a -= mu; b -= mu; d -= mu; e -= mu;
+      a *= a; b *= b; d *= d; e *= e;
+    }
+    s0 += a; s1 += b; s2 += d; s3 += e;
+  }
+  for (; j < n; j += P) {
+    F a = tile[j * (TC + 1) + c];
+    if (centered) { a -= mu; a *= a; }
+    s0 += a;
+  }
+  return (s0 + s1) + (s2 + s3);
+}
+
+template <typename T, int TC, bool VEC>
 __device__ __forceinline__ void ember_ln_tile(
     const T* __restrict__ x, const typename ember_ct<T>::type* __restrict__ w,
     const typename ember_ct<T>::type* __restrict__ b, T* __restrict__ y, ember_i64 N,
     ember_i64 sn, ember_i64 L0, ember_i64 L1, ember_i64 L2, ember_i64 L3, ember_i64 S0,
     ember_i64 S1, ember_i64 S2, ember_i64 S3, ember_i64 eps_bits, int flags, int ld) {
   typedef typename ember_ct<T>::type F;
+  constexpr int NT = EMBER_LN_NT, P = NT / TC;   // P: threads per column in the sums
   extern __shared__ double ember_ln_dyn[];
   F* tile = (F*)ember_ln_dyn;
-  __shared__ F part[256];
+  __shared__ F part[NT];
   __shared__ F mean_s[TC];
   __shared__ F rstd_s[TC];
   const ember_i64 L[4] = {L0, L1, L2, L3};
   const ember_i64 S[4] = {S0, S1, S2, S3};
-  const int P = (int)blockDim.x / TC;      // threads per column in the reductions
-  const int nthr = (int)blockDim.x;
   const int tid = (int)threadIdx.x;
   const int n = (int)N;
   const ember_i64 Ll = L[ld], Sl = S[ld];
@@ -150,17 +232,13 @@ __device__ __forceinline__ void ember_ln_tile(
     xoff += l0 * Sl;
     row += l0 * lrs;
     const int nv = (int)(Ll - l0 < TC ? Ll - l0 : TC);
-    const T* xt = x + xoff;
-#pragma unroll 8
-    for (int e = tid; e < n * TC; e += nthr) {
-      const int j = e / TC, c = e % TC;
-      if (c < nv) tile[j * (TC + 1) + c] = (F)ember_f(xt[(ember_i64)j * sn + c * Sl]);
-    }
+    if (VEC)
+      ember_ln_load_v4<TC>((float*)tile, (const float*)(x + xoff), sn, n, nv, tid);
+    else
+      ember_ln_load<T, TC>(tile, x + xoff, sn, Sl, n, nv, tid);
     __syncthreads();
     const int c = tid % TC, p = tid / TC;
-    F s = (F)0;
-    for (int j = p; j < n; j += P) s += tile[j * (TC + 1) + c];
-    part[tid] = s;
+    part[tid] = ember_ln_col_sum<F, TC>(tile, c, p, P, n, (F)0, false);
     __syncthreads();
     if (tid < TC) {
       F a = (F)0;
@@ -168,13 +246,7 @@ __device__ __forceinline__ void ember_ln_tile(
       mean_s[tid] = a * inv;
     }
     __syncthreads();
-    const F mu = mean_s[c];
-    F v = (F)0;
-    for (int j = p; j < n; j += P) {
-      const F d = tile[j * (TC + 1) + c] - mu;
-      v += d * d;
-    }
-    part[tid] = v;
+    part[tid] = ember_ln_col_sum<F, TC>(tile, c, p, P, n, mean_s[c], true);
     __syncthreads();
     if (tid < TC) {
       F a = (F)0;
@@ -182,10 +254,11 @@ __device__ __forceinline__ void ember_ln_tile(
       rstd_s[tid] = (F)1 / ember_sqrt(a * inv + eps);
     }
     __syncthreads();
-    const int wid = tid >> 5, ln = tid & 31, nw = nthr >> 5;
-    for (int cc = wid; cc < nv; cc += nw) {
+    const int wid = tid >> 5, ln = tid & 31;
+    for (int cc = wid; cc < nv; cc += NT / 32) {
       const F m = mean_s[cc], rs = rstd_s[cc];
       T* yr = y + (row + (ember_i64)cc * lrs) * N;
+#pragma unroll 4
       for (int j = ln; j < n; j += 32) {
         F r = (tile[j * (TC + 1) + cc] - m) * rs;
         if (flags & 1) r = r * w[j];
@@ -207,28 +280,33 @@ __device__ __forceinline__ void ember_ln_tile(
     ember_ln_rows<T, BLOCK, STAGE>(x, w, b, y, M, N, sn, L1, L2, L3, S0, S1, S2, S3,      \
                                    eps_bits, flags);                                      \
   }
-#define EMBER_LN_TILE(TN, T, TC)                                                          \
-  extern "C" __global__ void __launch_bounds__(256)                                       \
-  ember_ln_tile_##TN##_##TC(                                                              \
+#define EMBER_LN_TILE(TN, T, TC, V, VEC)                                                  \
+  extern "C" __global__ void __launch_bounds__(EMBER_LN_NT)                               \
+  ember_ln_tile_##TN##_##TC##V(                                                           \
       const T* x, const ember_ct<T>::type* w, const ember_ct<T>::type* b, T* y,           \
       ember_i64 M, ember_i64 N, ember_i64 sn, ember_i64 L0, ember_i64 L1, ember_i64 L2,   \
       ember_i64 L3, ember_i64 S0, ember_i64 S1, ember_i64 S2, ember_i64 S3,               \
       ember_i64 eps_bits, int flags, int ld) {                                            \
-    ember_ln_tile<T, TC>(x, w, b, y, N, sn, L0, L1, L2, L3, S0, S1, S2, S3, eps_bits,     \
-                         flags, ld);                                                      \
+    ember_ln_tile<T, TC, VEC>(x, w, b, y, N, sn, L0, L1, L2, L3, S0, S1, S2, S3,          \
+                              eps_bits, flags, ld);                                       \
   }
 #define EMBER_LN(TN, T)                                                                   \
   EMBER_LN_ROWS(TN, T, w, false, 256, s, true)                                            \
   EMBER_LN_ROWS(TN, T, w, false, 256, g, false)                                           \
   EMBER_LN_ROWS(TN, T, b, true, 1024, s, true)                                            \
   EMBER_LN_ROWS(TN, T, b, true, 1024, g, false)                                           \
-  EMBER_LN_TILE(TN, T, 32)                                                                \
-  EMBER_LN_TILE(TN, T, 16)                                                                \
-  EMBER_LN_TILE(TN, T, 8)
+  EMBER_LN_TILE(TN, T, 32, , false)                                                       \
+  EMBER_LN_TILE(TN, T, 16, , false)                                                       \
+  EMBER_LN_TILE(TN, T, 8, , false)
 
 EMBER_LN(f16, unsigned short)
 EMBER_LN(f32, float)
 EMBER_LN(f64, double)
+// f32 tiles read 4 floats at once (rows 16-byte aligned); 64 wide needs opted-in shared
+// memory beyond 48 KiB for N > 180 (measured, not planned: `plan` stays under the limit)
+EMBER_LN_TILE(f32, float, 32, v, true)
+EMBER_LN_TILE(f32, float, 16, v, true)
+EMBER_LN_TILE(f32, float, 64, v, true)
 """
 
 #: dynamic shared memory a launch may use without opting in
@@ -238,6 +316,10 @@ ROW_WARP_MAX = 1024
 ROW_WARP_BLOCK = 256
 TILE_THREADS = 256
 TILE_WIDTHS = (32, 16, 8)
+#: f32 tile widths with 16-byte reads (64: measured only, see LN_SOURCE)
+VEC_WIDTHS = (32, 16, 64)
+#: f32 tiles read 4 floats at once where their rows are 16-byte aligned
+VEC_READS = True
 #: leading dims the kernels index (more, after merging, are copied contiguous first)
 MAX_LEAD = 4
 
@@ -246,7 +328,8 @@ def ln_kernel_names():
     """Every entry point of `LN_SOURCE`."""
     return ([f"ember_ln_rows_{t}_{m}_{s}" for t in KERNEL_DTYPES.values() for m in "wb"
              for s in "sg"] +
-            [f"ember_ln_tile_{t}_{tc}" for t in KERNEL_DTYPES.values() for tc in TILE_WIDTHS])
+            [f"ember_ln_tile_{t}_{tc}" for t in KERNEL_DTYPES.values() for tc in TILE_WIDTHS] +
+            [f"ember_ln_tile_f32_{tc}v" for tc in VEC_WIDTHS])
 
 
 def layout(shape, strides, ndim):
@@ -351,9 +434,11 @@ def layer_norm_impl(cp, xp):
             p = plans[key] = _plan_for(x, ndim, kd, ct.itemsize)
             if len(plans) > 1024:
                 plans.clear()
-        copy, name, grid, block, smem, dims, ld = p
+        copy, name, vname, grid, block, smem, dims, ld = p
         if copy:
             x = cp.ascontiguousarray(x)
+        elif vname is not None and x.data.ptr % 16 == 0:
+            name = vname
         w = b = y
         flags = 0
         if has_weight:
@@ -369,8 +454,8 @@ def layer_norm_impl(cp, xp):
 
 
 def _plan_for(x, ndim, kd, itemsize):
-    """``(copy first?, kernel name, grid, block, shared bytes, i64 dims, lane dim)`` for
-    input ``x``."""
+    """``(copy first?, kernel name, its 16-byte-read variant or None, grid, block, shared
+    bytes, i64 dims, lane dim)`` for input ``x``."""
     sx = _elem_strides(x)
     lay = None if sx is None else layout(x.shape, sx, ndim)
     how = None if lay is None else plan(*lay, itemsize)
@@ -384,7 +469,13 @@ def _plan_for(x, ndim, kd, itemsize):
     M = 1
     for n, _ in lead:
         M *= n
-    return (copy, "ember_ln_" + suffix.format(kd), grid, block, smem,
+    name = "ember_ln_" + suffix.format(kd)
+    vname = None
+    if VEC_READS and kd == "f32" and suffix.startswith("tile") and sn % 4 == 0 and \
+            int(suffix.rsplit("_", 1)[1]) in VEC_WIDTHS and \
+            all(s % 4 == 0 for i, (_, s) in enumerate(pad) if i != ld):
+        vname = name + "v"          # (used when x's data is 16-byte aligned too)
+    return (copy, name, vname, grid, block, smem,
             (M, N, sn, *[n for n, _ in pad], *[s for _, s in pad]), ld)
 
 
