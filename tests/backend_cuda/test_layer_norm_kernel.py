@@ -53,12 +53,14 @@ def _plan(x, ndim, itemsize=4):
     return None if lay is None else norm.plan(*lay, itemsize)
 
 
-def test_planning():
+def test_planning(monkeypatch):
     x = np.empty((4, 256, 64), np.float32)
     sw = np.swapaxes(x, 1, 2)                                  # bench row 4, smaller
     assert _plan(sw, 1)[0] == "tile_{}_32" and _plan(sw, 1)[4] == 3
     assert _plan(sw, 1, 8)[0] == "tile_{}_16"                  # f64: a narrower tile
     assert _plan(x, 1)[0] == "rows_{}_w_s"
+    assert norm._plan_for(sw, 1, "f32", 4)[2] is None                 # (off by default)
+    monkeypatch.setattr(norm, "VEC_READS", True)
     assert norm._plan_for(sw, 1, "f32", 4)[2] == "ember_ln_tile_f32_32v"   # 16-byte reads
     assert norm._plan_for(sw[:, 1:], 1, "f32", 4)[2] is not None      # (checked per call)
     assert norm._plan_for(np.swapaxes(np.empty((4, 256, 63), np.float32), 1, 2), 1, "f32",
@@ -188,9 +190,13 @@ def _check(got, x, ndim, w, b, d, what):
 
 
 @gpu
+@pytest.mark.parametrize("vec", [False, True], ids=["scalar", "vec"])
 @pytest.mark.parametrize("d", ["f32", "f64", "f16", "bf16"])
 @pytest.mark.parametrize("name,x,ndim", _layouts(), ids=[c[0] for c in _layouts()])
-def test_kernels_on_the_gpu(d, name, x, ndim):
+def test_kernels_on_the_gpu(monkeypatch, vec, d, name, x, ndim):
+    if vec and d != "f32":
+        pytest.skip("16-byte reads are f32 only")
+    monkeypatch.setattr(norm, "VEC_READS", vec)        # (read when a layout is planned)
     rng = np.random.default_rng(1)
     npd = em.dtype.as_dtype(d).np
     ns = x.shape[x.ndim - ndim:]

@@ -14,9 +14,9 @@ C-contiguous first. y is C-contiguous, row ``r`` (the leading dims' flat index) 
   ``N x TC`` tile into shared memory with coalesced ``TC``-wide reads, reduces each column,
   and writes each row of y contiguously (warps over rows, lanes along the row). The tile's
   pitch is ``TC + 1`` so neither the column reads nor the row reads hit one bank. Each
-  thread issues its loads in batches of 16 (f32 with 16-byte aligned rows: 8 reads of 4
-  floats) before storing them: written as one predicated loop, each load sat in a branch of
-  its own and a thread had one load in flight (2.35x the copy floor on an H100).
+  thread issues its loads in batches of 16 before storing them: written as one predicated
+  loop, each load sat in a branch of its own and a thread had one load in flight (bench
+  row 4 on an H100: 0.418 ms, 2.35x the copy floor; batched 0.238 ms, 1.34x).
 
 The arithmetic is the reference's (``_layer_norm_numpy``), in f32 for f16 (bf16 arrives as
 f32: `Cuda._runner` upcasts it) and f64 for f64: mean = sum * (1/n), d = x - mean, var =
@@ -318,8 +318,11 @@ TILE_THREADS = 256
 TILE_WIDTHS = (32, 16, 8)
 #: f32 tile widths with 16-byte reads (64: measured only, see LN_SOURCE)
 VEC_WIDTHS = (32, 16, 64)
-#: f32 tiles read 4 floats at once where their rows are 16-byte aligned
-VEC_READS = True
+#: f32 tiles read 4 floats at once where their rows are 16-byte aligned. Off: on an H100
+#: (bench row 4's [64, 4096, 256] swapped view) the 32-wide tile took 0.2522 ms with them
+#: and 0.2409 ms without (copy 0.1873 ms); the 64-wide one with them, 66.5 KiB of shared
+#: memory opted in, took 0.2268 ms -- the next step, once the launch opts in per device
+VEC_READS = False
 #: leading dims the kernels index (more, after merging, are copied contiguous first)
 MAX_LEAD = 4
 
