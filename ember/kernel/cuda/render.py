@@ -11,14 +11,20 @@ Elementwise kernels
 -------------------
 Size-1 dims are dropped and dims contiguous for every input and the output are merged
 (unless the kernel reads `Index`). Grid-stride loops; 32-bit indices when every index and
-offset fits (`fits_idx32`), else 64-bit. With ``vec > 1`` each thread handles groups of
-``vec`` consecutive elements of the last dim: outputs are written with 16-byte (or
-``vec * itemsize``-byte) stores, inputs with a unit last stride and offsets/strides that are
-multiples of ``vec`` are read with vector loads, broadcast inputs (stride 0) once per group,
+offset fits (`fits_idx32`), else 64-bit. With ``vec > 1`` each thread handles ``vec``
+elements per step in chunks of ``W`` consecutive elements of the last dim (one vector
+access: 16 bytes of the widest operand, or ``vec`` elements if fewer), its ``vec / W``
+chunks a block of chunks apart (every access of a warp contiguous): it loads all its chunks,
+computes them (no branch among them, so the compiler interleaves the elements), then stores
+them; a chunk past the end computes the last chunk again and stores nothing. Outputs are
+written with vector stores, inputs with a unit last stride and offsets/strides that are
+multiples of ``W`` are read with vector loads, broadcast inputs (stride 0) once per chunk,
 other inputs element by element. The launch passes ``aligned = 0`` when a vectorized
 pointer is not aligned to its access width; the kernel then takes its scalar loop. A flat
-(1-d) kernel with ``N % vec != 0`` finishes with a scalar tail; an N-d one needs ``vec`` to
-divide the last dim (the renderer lowers ``vec`` until it does).
+(1-d) kernel with ``N % W != 0`` finishes with a scalar tail; an N-d one needs ``W`` to
+divide the last dim (the renderer lowers ``W`` until it does). An f32 division by a kernel
+constant (a scalar Arg or a Const) is a multiply by its reciprocal in f64, with the
+division's bits (`_DIVK` says why).
 
 Reductions
 ----------

@@ -1,8 +1,9 @@
 """Autotune of CUDA kernels: the launch variants and their timing, on the shared autotune
 store (`ember.kernel.autotune`: the same SQLite file, key scheme and policy).
 
-A `CudaVariant` is ``block`` (threads per block), ``vec`` (elementwise elements per vector
-access), ``ept`` (elementwise vector groups per thread: the grid size), ``tpr`` (row
+A `CudaVariant` is ``block`` (threads per block), ``vec`` (elementwise elements per thread
+and step, in chunks of one vector access), ``ept`` (elementwise steps per thread: the grid
+size), ``tpr`` (row
 reductions: threads per output) and ``by`` (column reductions: threads per output); 0 means
 the renderer's default. ``ept`` is a launch choice; the others are compile-time (another
 NVRTC compile, cached like any kernel).
