@@ -1240,14 +1240,20 @@ _quiet_sm = np.errstate(divide="ignore", invalid="ignore", over="ignore")
 _HALF_DT = (dt.float16, dt.bfloat16)
 
 
+def _float_tensor(op, x):
+    """(shape, dtype) of ``x``, a float Tensor (else the DTypeError naming ``op``)."""
+    try:
+        shape, d = x._shape, x._dtype
+    except AttributeError:
+        raise DTypeError(f"{op}: expects a Tensor, got {type(x).__name__}") from None
+    if d.kind != "float":
+        require_kind(op, d, "float")
+    return shape, d
+
+
 def _sm_infer_for(op):
     def infer(x, dim):
-        try:
-            shape, d = x._shape, x._dtype
-        except AttributeError:
-            raise DTypeError(f"{op}: expects a Tensor, got {type(x).__name__}") from None
-        if d.kind != "float":
-            require_kind(op, d, "float")
+        shape, d = _float_tensor(op, x)
         _sm_check_dim(op, shape, dim)
         return (shape, d)
     return infer
@@ -1464,12 +1470,7 @@ def _ln_parts(wb, has_weight, has_bias):
 
 def _ln_infer(x, *wb, ndim, eps, has_weight, has_bias):
     op = "layer_norm"
-    try:
-        shape, d = x._shape, x._dtype
-    except AttributeError:
-        raise DTypeError(f"{op}: expects a Tensor, got {type(x).__name__}") from None
-    if d.kind != "float":
-        require_kind(op, d, "float")
+    shape, d = _float_tensor(op, x)
     if not isinstance(ndim, int) or isinstance(ndim, bool) or not 1 <= ndim <= len(shape):
         raise ShapeError(f"{op}: ndim {ndim!r} must be the number of trailing dims of input "
                          f"{shape} normalized (1..{len(shape)})")

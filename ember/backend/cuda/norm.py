@@ -36,19 +36,6 @@ LN_SOURCE = _KERNEL_HELPERS + r"""
 __device__ __forceinline__ float ember_sqrt(float v) { return sqrtf(v); }
 __device__ __forceinline__ double ember_sqrt(double v) { return sqrt(v); }
 
-template <typename F> __device__ __forceinline__ F ember_ln_warp_sum(F v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-template <typename F> __device__ __forceinline__ F ember_ln_block_sum(F v, double* sh) {
-  v = ember_ln_warp_sum(v);
-  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = (double)v;
-  __syncthreads();
-  F r = (F)sh[0];
-  for (int i = 1, nw = (int)(blockDim.x >> 5); i < nw; ++i) r += (F)sh[i];
-  __syncthreads();
-  return r;
-}
 
 // the memory offset of row r (the flat index over the leading dims L0..L3, L3 innermost)
 __device__ __forceinline__ ember_i64 ember_ln_xoff(
@@ -91,14 +78,14 @@ __device__ __forceinline__ void ember_ln_rows(
       if (STAGE) buf[j] = v;
       s += v;
     }
-    s = BLOCK ? ember_ln_block_sum(s, sh) : ember_ln_warp_sum(s);
+    s = BLOCK ? ember_block_sum(s, sh) : ember_warp_sum(s);
     const F mu = s * inv;
     F q = (F)0;
     for (ember_i64 j = lane; j < N; j += G) {
       const F d = (STAGE ? buf[j] : (F)ember_f(xr[j * sn])) - mu;
       q += d * d;
     }
-    q = BLOCK ? ember_ln_block_sum(q, sh) : ember_ln_warp_sum(q);
+    q = BLOCK ? ember_block_sum(q, sh) : ember_warp_sum(q);
     const F rs = (F)1 / ember_sqrt(q * inv + eps);
     T* yr = y + r * N;
     for (ember_i64 j = lane; j < N; j += G) {

@@ -331,6 +331,22 @@ __device__ __forceinline__ void ember_neg_inf_raw(double* r) { *r = ember_neg_in
 template <typename F> __device__ __forceinline__ F ember_nanmax(F a, F b) {
   return (b > a || b != b) ? b : a;
 }
+
+// sums over a warp (every lane gets the same bits) and over a block (through ``sh``, one
+// double per warp)
+template <typename F> __device__ __forceinline__ F ember_warp_sum(F v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;   // (the butterfly gives every lane the same bits)
+}
+template <typename F> __device__ __forceinline__ F ember_block_sum(F v, double* sh) {
+  v = ember_warp_sum(v);
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = (double)v;
+  __syncthreads();
+  F r = (F)sh[0];
+  for (int i = 1, nw = (int)(blockDim.x >> 5); i < nw; ++i) r += (F)sh[i];
+  __syncthreads();
+  return r;
+}
 """
 
 CE_SOURCE = _KERNEL_HELPERS + r"""
@@ -342,25 +358,12 @@ template <typename F> __device__ __forceinline__ F ember_warp_max(F v) {
   for (int o = 16; o > 0; o >>= 1) v = ember_nanmax(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-template <typename F> __device__ __forceinline__ F ember_warp_sum(F v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;   // (the butterfly gives every lane the same bits)
-}
 template <typename F> __device__ __forceinline__ F ember_block_max(F v, double* sh) {
   v = ember_warp_max(v);
   if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = (double)v;
   __syncthreads();
   F r = (F)sh[0];
   for (int i = 1, nw = (int)(blockDim.x >> 5); i < nw; ++i) r = ember_nanmax(r, (F)sh[i]);
-  __syncthreads();
-  return r;
-}
-template <typename F> __device__ __forceinline__ F ember_block_sum(F v, double* sh) {
-  v = ember_warp_sum(v);
-  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = (double)v;
-  __syncthreads();
-  F r = (F)sh[0];
-  for (int i = 1, nw = (int)(blockDim.x >> 5); i < nw; ++i) r += (F)sh[i];
   __syncthreads();
   return r;
 }
