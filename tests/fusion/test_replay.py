@@ -59,8 +59,12 @@ def test_adam_replay_is_the_reference_bit_for_bit(runtime, dtype):
     assert len(keys) == 6
 
 
-def test_small_primitives_below_the_replay_size_run_on_numpy():
+def test_small_primitives_below_the_replay_size_run_on_numpy(monkeypatch):
+    """Where launches go through ctypes (no `fastcall` extension), primitives below
+    REPLAY_MIN_NUMEL elements stay on NumPy; with the extension they replay at every size."""
     dev = _replaying_device()
+    monkeypatch.setattr(dev.backend, "replay_min", REPLAY_MIN_NUMEL)
+    monkeypatch.setattr(dev.backend, "_how", {})
     rng = np.random.default_rng(1)
     shape = (REPLAY_MIN_NUMEL // 2,)
     prims, attrs = _adam_args(rng, shape, np.float32, 1e-3, False, 0.0, 1.0)
@@ -130,3 +134,18 @@ def test_per_call_attrs_are_bound_at_run_time():
         got = replays.run(op, (x,), {"s": s}, ((4,), em.float32), dev)
         np.testing.assert_array_equal(got, x * np.float32(s) + np.float32(s))
     assert len(replays._entries) == 1
+
+
+def test_replays_at_every_size_with_the_fast_launch():
+    dev = _replaying_device()
+    if not getattr(dev.backend.runtime, "fast_launch", False):
+        from ember.kernel.c import fastcall
+        pytest.skip(f"kernels launch through ctypes here: {fastcall.reason()}")
+    assert dev.backend.replay_min == 0
+    rng = np.random.default_rng(2)
+    prims, attrs = _adam_args(rng, (10,), np.float32, 1e-3, False, 0.0, 1.0)
+    em.fusion.reset_stats()
+    got = dev.backend._execute_fused(ADAM, prims, attrs, [((10,), em.float32)] * 3, dev)
+    assert em.fusion.stats()["kernels"] == 1
+    for a, b in zip(got, ADAM.numpy(*prims, **attrs)):
+        np.testing.assert_array_equal(a, b)

@@ -143,14 +143,20 @@ def _counting(monkeypatch):
 @pytest.mark.parametrize("size", ["small", "large"])
 def test_optimizer_steps_equal_the_composite_fusion(monkeypatch, size, name, dtype):
     """Fusion(NdArray) with its default min_numel: a small parameter's step is the primitive
-    on NdArray, a large one's the decomposition, recorded and fused; both give the bits of the
-    composite formula on the same device."""
+    -- its decomposition traced once per structure and replayed as one kernel (below the
+    replay size: on NdArray) --, a large one's the decomposition, recorded and fused; all
+    give the bits of the composite formula on the same device."""
     shapes = [SMALL, (7,)] if size == "small" else [LARGE]
     dev = _fusion(1 << 16).autodiff()
     want = _train(OPTS[name], dev, shapes, dtype, composite=True)
     calls = _counting(monkeypatch)
     got = _train(OPTS[name], dev, shapes, dtype, composite=False)
-    if size == "small":
+    if size == "small" and dev.backend.inner.replay_min <= 7:
+        # replayed: traced twice (the second time with other scalars) for the first step and
+        # for the later steps of each shape, then launched without calling decompose: at
+        # most 4 traces a shape over the 4 steps, never a NumPy pass
+        assert calls["numpy"] == 0 and 0 < calls["decompose"] <= 4 * len(shapes), calls
+    elif size == "small":
         assert calls == {"numpy": 4 * len(shapes), "decompose": 0}, calls
     else:
         assert calls == {"numpy": 0, "decompose": 4}, calls

@@ -51,9 +51,10 @@ _wrap = None   # ember.tensor.dispatch.wrap, imported on first use (the Tensor A
 #: f32 a chain of 4 elementwise ops breaks even with NumPy on one thread, of 2 on two threads:
 #: docs/fusion.md)
 DEFAULT_MIN_NUMEL = 1 << 16
-#: a small primitive with a decomposition runs as its replayed kernels (`replay.Replays`)
-#: from this many elements, on the inner backend below: a kernel launched from Python costs
-#: ~8 µs on the CPU, where NumPy's passes of Adam's update on 2^11 f32 take about as long
+#: where kernels launch through ctypes (~3.3 µs a launch), a small primitive with a
+#: decomposition runs as its replayed kernels (`replay.Replays`) from this many elements, on
+#: the inner backend below (NumPy's passes of Adam's update on 2^11 f32 take about as long);
+#: through the `fastcall` extension (~0.4 µs) it replays at every size
 REPLAY_MIN_NUMEL = 1 << 11
 #: a flushed stream part that is a single op runs on the inner backend below this many
 #: elements (a kernel fusing one op only wins when it is large enough to run threaded)
@@ -135,13 +136,17 @@ class Fusion(Backend):
         self.runtime = _rt.resolve(inner, runtime)
         self._runtime_arg = runtime
         self.min_numel = _min_numel(min_numel)
-        #: small decomposable primitives of at least `REPLAY_MIN_NUMEL` elements replayed as
+        #: small decomposable primitives of at least `replay_min` elements replayed as
         #: cached kernels (`replay.Replays`, made on first use); False: off
         #: (``EMBER_FUSION_REPLAY=0``, no kernel runtime, everything recorded, or a GPU,
         #: where it has not been measured yet)
         self._replays = None if (self.min_numel and self.runtime is not None and
                                  inner.kind == "cpu" and
                                  os.environ.get("EMBER_FUSION_REPLAY", "1") != "0") else False
+        #: from this many elements a small primitive replays (every size where kernels
+        #: launch through the C runtime's `fastcall` extension)
+        self.replay_min = 0 if getattr(self.runtime, "fast_launch", False) \
+            else REPLAY_MIN_NUMEL
         #: a flushed part that is a single op on fewer elements runs on the inner backend
         self.single_below = max(self.min_numel, SINGLE_OP_MIN) if self.min_numel else 0
         self.plans = PlanCache()
@@ -249,7 +254,7 @@ class Fusion(Backend):
         elif kind is DECOMP:
             first = shape if op.nout == 1 else shape[0]
             how = 0 if not self._is_small(first) else \
-                REPLAY if self._replays is not False and numel(first) >= REPLAY_MIN_NUMEL \
+                REPLAY if self._replays is not False and numel(first) >= self.replay_min \
                 else INNER
         else:
             how = 0
@@ -272,7 +277,7 @@ class Fusion(Backend):
         if kind is DECOMP:
             first = meta[0] if op.nout == 1 else meta[0][0]
             if self._is_small(first):
-                if self._replays is not False and numel(first) >= REPLAY_MIN_NUMEL:
+                if self._replays is not False and numel(first) >= self.replay_min:
                     vals = tuple([_value(p) if type(p) is FusionPrim else p for p in prims])
                     out = self._replay(op, vals, attrs, meta, device)
                     if out is not None:
