@@ -9,23 +9,25 @@ weight is ~12 NumPy calls, ~14 µs, where one kernel takes ~3 µs).
 
 `Replays` traces the decomposition once per *structure* -- the op, its inputs' shapes, dtypes
 and strides, and the attrs that steer the decomposition's Python code (the op's
-``decompose_key``; all attrs when it has none) -- into the kernels Fusion would generate for
-it, and runs those kernels directly for every later call of that structure: no recording,
-no planning, no Tensor ops. Attrs outside the key (Adam's learning-rate-dependent ``step``,
-``eps`` ...) are the kernels' scalar arguments, bound per call. The results are those of the
-decomposition on Fusion, bit for bit.
+``decompose_key``; all attrs when it has none) -- into the kernel Fusion would generate for
+it, and launches that kernel directly for every later call of that structure: no
+recording, no planning, no Tensor ops. Attrs outside the key (Adam's learning-rate-dependent
+``step``, ``eps`` ...) are the kernel's scalar arguments, bound per call. The results are
+those of the decomposition on Fusion, bit for bit.
 
-A trace that cannot be replayed this way -- a kernel step the runtime cannot hold, an input
-that must be copied first, a decomposition reading a buffer that is not one of the op's
-inputs, or a per-call scalar the trace cannot attribute to one attr -- is remembered, and its
-calls run on the inner backend as before.
+Only a decomposition that plans into one kernel reading the op's inputs and writing all its
+outputs is replayed (Adam's update is; softmax, a max and then a reduce-and-sweep, is not:
+on small tensors two launches and their row loops cost more than NumPy's passes). A trace
+that cannot be replayed -- more kernels, a step the kernels cannot hold, an input that must
+be copied first, a buffer that is no input, a per-call scalar the trace cannot attribute to
+one attr -- is remembered, and its calls run on the inner backend as before.
 """
 from __future__ import annotations
 
 import threading
 
 from .stats import counts as _counts
-from .stream import Node, Stream, _new_entry, _run, plan_key
+from .stream import Node, Stream, _new_entry, plan_key
 
 MAX_ENTRIES = 512
 _SCALARS = (float, int)
@@ -33,9 +35,10 @@ _SCALARS = (float, int)
 
 class _Replay:
     """One traced structure: the cached plan entry, where its external buffers and scalars
-    come from, and which nodes are the op's outputs."""
+    come from, which nodes are the op's outputs, and ``direct``: what launching its one
+    kernel takes (`_direct`)."""
     __slots__ = ("key", "scalar_from_attr", "entry", "ext_from", "scalar_from", "out_pos",
-                 "n_ext", "raw", "direct")
+                 "n_ext", "direct")
 
 
 def _fresh(v):
@@ -87,23 +90,14 @@ class Replays:
             r = self._trace(k, op, prims, attrs, meta, device)
         if r is None:
             return None
-        d = r.direct
-        if d is not None:                 # one kernel: launched here, without `_run`
-            launch, ins_from, args_from, outs_from = d
-            res = launch([prims[i] for i in ins_from],
-                         [attrs[a] if a is not None else c for a, c in args_from])
-            _counts().kernels += 1
-            if op.nout == 1:
-                o, shape = outs_from[0]
-                return res[o].reshape(shape)
-            return tuple([res[o].reshape(shape) for o, shape in outs_from])
-        env = [prims[i] for i in r.ext_from]
-        scalars = [attrs[a] if a is not None else c for a, c in r.scalar_from]
-        _run(r.entry, None, env, scalars, self.tracer.runtime, r.raw, _counts())
-        E = r.n_ext
+        launch, ins_from, args_from, outs_from = r.direct
+        res = launch([prims[i] for i in ins_from],
+                     [attrs[a] if a is not None else c for a, c in args_from])
+        _counts().kernels += 1
         if op.nout == 1:
-            return env[E + r.out_pos[0]]
-        return tuple([env[E + p] for p in r.out_pos])
+            o, shape = outs_from[0]
+            return res[o].reshape(shape)
+        return tuple([res[o].reshape(shape) for o, shape in outs_from])
 
     # -- tracing ------------------------------------------------------------------------------
     def _trace(self, key, op, prims, attrs, meta, device):
@@ -203,8 +197,12 @@ class Replays:
                               for s in scalar_from_attr)
         r.out_pos = tuple(pos[n] for n in nodes)
         r.n_ext = len(ext_vals)
-        r.raw = [-1] * len(ext_vals)        # inputs are never overwritten
         r.direct = _direct(entry, r)
+        if r.direct is None:
+            # several kernels (softmax: a max, then a reduce-and-sweep): on small tensors
+            # their launches and row loops cost more than NumPy's passes (32 x 10: 12 µs
+            # against 7)
+            raise _NotReplayable("not one kernel computing every output from the inputs")
         return r
 
 
