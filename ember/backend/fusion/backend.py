@@ -9,8 +9,9 @@ Where a kernel cannot pay -- small tensors with ready inputs, mostly -- a fusabl
 once on the inner backend too (``min_numel``; docs/fusion.md, "Small ops run at once").
 An op that declares a ``decompose`` (a fused primitive such as ``adam_update``) runs as that
 decomposition -- Tensor ops on this device, recorded and fused like any others -- when its
-output has at least ``min_numel`` elements (always, with ``min_numel=0``), and as the
-primitive on the inner backend below that; an op the inner backend lists in its
+output has at least ``min_numel`` elements (always, with ``min_numel=0``), and below that on
+the CPU as its decomposition's one traced kernel, replayed (`replay.Replays`), or else as the
+primitive on the inner backend; an op the inner backend lists in its
 ``fused_ops`` (it has a faster kernel of its own: layer norm on Cuda) always runs there.
 
 A reduction over several dims is recorded as one single-dim reduction per dim (innermost
