@@ -80,6 +80,20 @@ def _env_int(name: str, default: int) -> int:
         return default
 
 
+def _busy_load() -> float:
+    """``EMBER_AUTOTUNE_BUSY_LOAD``, else the number of CPUs this process may use."""
+    env = os.environ.get("EMBER_AUTOTUNE_BUSY_LOAD", "").strip()
+    if env:
+        try:
+            return float(env)
+        except ValueError:
+            pass
+    try:
+        return float(len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return float(os.cpu_count() or 1)
+
+
 def enabled_by_env() -> bool:
     return os.environ.get("EMBER_AUTOTUNE", "1").strip().lower() not in ("0", "false", "off",
                                                                          "no")
@@ -164,8 +178,11 @@ class Autotuner:
 
     def __init__(self, cache_root=None, enabled: bool | None = None,
                  budget_s: float | None = None, min_work: int | None = None,
-                 tune_after: int | None = None):
+                 tune_after: int | None = None, busy_load: float | None = None):
         self.enabled = enabled_by_env() if enabled is None else bool(enabled)
+        #: a winner timed while the 1-minute load average is above this is kept for the
+        #: process only, not stored (`machine_busy`)
+        self.busy_load = _busy_load() if busy_load is None else float(busy_load)
         #: launches of a key with no stored winner that get the default before it is tuned
         self.tune_after = _env_int("EMBER_AUTOTUNE_AFTER", 1) if tune_after is None \
             else int(tune_after)
@@ -175,7 +192,8 @@ class Autotuner:
             if min_work is None else int(min_work)
         self.cache_root = cache_root
         self.stats = {"tunings": 0, "benchmarks": 0, "db_hits": 0, "memory_hits": 0,
-                      "db_writes": 0, "busy_defaults": 0, "deferred": 0, "db_errors": 0}
+                      "db_writes": 0, "busy_defaults": 0, "deferred": 0, "db_errors": 0,
+                      "unstored_busy": 0}
         self._mem: dict = {}
         self._untuned_launches: dict = {}
         self._busy: set = set()
@@ -277,12 +295,25 @@ class Autotuner:
         try:
             best, secs, dsecs = self._tune(axes, run, default)
             self._mem[key] = best
-            self._db_put(key, best, secs, dsecs)
+            if self.machine_busy():
+                self.stats["unstored_busy"] += 1
+            else:
+                self._db_put(key, best, secs, dsecs)
             self.stats["tunings"] += 1
             return best
         finally:
             with self._lock:
                 self._busy.discard(key)
+
+    def machine_busy(self) -> bool:
+        """Whether other work loads the CPUs now (the 1-minute load average is above
+        ``busy_load``, by default the number of CPUs this process may use): timings taken
+        then favour what the load favours (one thread, when the other core is busy), so the
+        winner serves this process but is not stored for later ones."""
+        try:
+            return os.getloadavg()[0] > self.busy_load
+        except (OSError, AttributeError):       # no load average on this platform
+            return False
 
     def settled(self, key: str) -> bool:
         """Whether `choose` has its final answer for ``key`` (tuned or stored, or tuning is

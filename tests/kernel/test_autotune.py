@@ -48,7 +48,8 @@ def test_structure_hash_ignores_sizes_not_layout():
 
 
 def test_coordinate_descent_picks_the_fastest(tmp_path):
-    t = Autotuner(cache_root=tmp_path, enabled=True, budget_s=5.0, tune_after=0)
+    t = Autotuner(cache_root=tmp_path, enabled=True, budget_s=5.0, tune_after=0,
+                  busy_load=float("inf"))
     cost = {1: 0.004, 2: 0.001}
 
     def run(v):
@@ -137,7 +138,8 @@ def test_second_process_reads_the_winner_without_benchmarking(tmp_path):
     if find_compiler()[0] is None:
         pytest.skip("no C compiler")
     env = {"EMBER_CACHE_DIR": str(tmp_path), "EMBER_AUTOTUNE": "1",
-           "EMBER_AUTOTUNE_MIN_WORK": "0", "EMBER_AUTOTUNE_BUDGET": "0.5"}
+           "EMBER_AUTOTUNE_MIN_WORK": "0", "EMBER_AUTOTUNE_BUDGET": "0.5",
+           "EMBER_AUTOTUNE_BUSY_LOAD": "1e9"}     # stored whatever the machine's load
     first = _run(env)
     assert first["ok"] and first["tunings"] == 1 and first["benchmarks"] > 0
     assert first["deferred"] == 1                   # the first launch ran the default
@@ -235,3 +237,27 @@ def test_a_key_is_tuned_on_its_second_launch(tmp_path):
     never = Autotuner(cache_root=tmp_path, enabled=True, tune_after=3)
     assert [never.choose("k2", [("threads", [2])], run) for _ in range(3)] == [Variant()] * 3
     assert never.stats["tunings"] == 0 and never.lookup("k") == Variant(threads=2)
+
+
+def test_a_winner_timed_on_a_busy_machine_is_not_stored(tmp_path, monkeypatch):
+    """While other work loads the CPUs, a tuned winner serves this process only: a later
+    process tunes again rather than inherit timings the load decided."""
+    cost = {1: 0.001, 2: 0.004}
+
+    def run(v):
+        time.sleep(cost.get(v.threads, 0.004))
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (5.0, 5.0, 5.0))
+    t = Autotuner(cache_root=tmp_path, enabled=True, budget_s=5.0, tune_after=0,
+                  busy_load=2.0)
+    assert t.machine_busy()
+    v = t.choose("busy-k", [("threads", [1])], run)
+    assert v == Variant(threads=1) and t.stats["unstored_busy"] == 1
+    assert t.choose("busy-k", [("threads", [1])], run) == v      # kept for the process
+    assert Autotuner(cache_root=tmp_path, enabled=True).lookup("busy-k") is None
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.5, 0.5, 0.5))
+    t3 = Autotuner(cache_root=tmp_path, enabled=True, budget_s=5.0, tune_after=0,
+                   busy_load=2.0)
+    assert t3.choose("busy-k", [("threads", [1])], run) == v
+    assert t3.stats["db_writes"] == 1
+    assert Autotuner(cache_root=tmp_path, enabled=True).lookup("busy-k") == v

@@ -67,6 +67,10 @@ class CudaTuner(Autotuner):
     def choose(self, key, axes, run, default=None):
         return super().choose(key, axes, run, DEFAULT if default is None else default)
 
+    def machine_busy(self) -> bool:
+        """CUDA candidates are timed on the GPU (events): the host's load does not decide."""
+        return False
+
     def _db_get(self, key):
         s = self._db_get_text(key)
         if s is None:
