@@ -11,15 +11,7 @@ import pytest
 from ember import dtype as dt
 from ember.kernel import ir
 from ember.kernel.c import fastcall
-from ember.kernel.c.runtime import CpuKernelRuntime, _address
-
-
-@pytest.fixture(scope="module")
-def rt(tmp_path_factory):
-    r = CpuKernelRuntime(cache_root=tmp_path_factory.mktemp("ccache"), autotune=False)
-    if not r.available():
-        pytest.skip(f"no C compiler: {r.why_unavailable()}")
-    return r
+from ember.kernel.c.runtime import _address
 
 
 def _fast_or_skip(rt):

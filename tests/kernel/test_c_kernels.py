@@ -17,14 +17,6 @@ ALL = list(dt.ALL)
 INTS = [dt.i64, dt.i32, dt.i16, dt.i8, dt.u8]
 
 
-@pytest.fixture(scope="module")
-def rt(tmp_path_factory):
-    r = CpuKernelRuntime(cache_root=tmp_path_factory.mktemp("ccache"), autotune=False)
-    if not r.available():
-        pytest.skip(f"no C compiler: {r.why_unavailable()}")
-    return r
-
-
 @pytest.fixture(autouse=True)
 def _quiet_numpy():
     # the NumPy references overflow on purpose (casts of inf, 1e30 -> f16, ...)

@@ -10,7 +10,6 @@ import pytest
 
 from ember import dtype as dt
 from ember.kernel import ir
-from ember.kernel.c.runtime import CpuKernelRuntime
 from ember.backend.fusion.lower import split_broadcast
 from ember.kernel.interpret import evaluate
 
@@ -24,14 +23,6 @@ def replay(rt, kernel, inputs, args):
     red, ew = split_broadcast(kernel)
     (mid,) = rt.launch(rt.compile(red), inputs, args)
     return evaluate(ew, list(inputs) + [mid], args)
-
-
-@pytest.fixture(scope="module")
-def rt(tmp_path_factory):
-    r = CpuKernelRuntime(cache_root=tmp_path_factory.mktemp("ccache"), autotune=False)
-    if not r.available():
-        pytest.skip(f"no C compiler: {r.why_unavailable()}")
-    return r
 
 
 def _swapped(shape, npd, seed):
