@@ -1523,16 +1523,20 @@ def _rsum_axes(a, axes, xp):
     return a.sum(axis=axes, keepdims=True)
 
 
+def _ln_centered(xf, ndim, eps):
+    """(x - mean, 1 / sqrt(biased var + eps), the normalized dims) of the compute-dtype
+    ``xf``, in the composite's steps (the decomposition's and the derivative's)."""
+    n = len(xf._shape)
+    dims = tuple(range(n - ndim, n))
+    xc = xf - xf.mean(dims, keepdim=True)
+    return xc, ((xc * xc).mean(dims, keepdim=True) + eps).rsqrt(), dims
+
+
 def _layer_norm_decompose(x, *wb, ndim, eps, has_weight, has_bias):
     """What ``em.layer_norm`` computed before the primitive (and what Fusion fuses)."""
     src = x._dtype
-    xf = _sm_up(x)
-    n = len(x._shape)
-    dims = tuple(range(n - ndim, n))
-    mu = xf.mean(dims, keepdim=True)
-    xc = xf - mu
-    var = (xc * xc).mean(dims, keepdim=True)
-    y = xc * (var + eps).rsqrt()
+    xc, rstd, _ = _ln_centered(_sm_up(x), ndim, eps)
+    y = xc * rstd
     w, b = _ln_parts(wb, has_weight, has_bias)
     if w is not None:
         y = y * w.cast(y._dtype)
@@ -1547,13 +1551,9 @@ def _layer_norm_vjp(g, inputs, out, ndim, eps, has_weight, has_bias, needs):
     ``dweight = sum(g * xhat)``, ``dbias = sum(g)`` over the leading dims."""
     x = inputs[0]
     w, b = _ln_parts(inputs[1:], has_weight, has_bias)
-    xf, gf = _sm_up(x), _sm_up(g)
-    n = len(x._shape)
-    dims = tuple(range(n - ndim, n))
-    lead = tuple(range(n - ndim))
-    mu = xf.mean(dims, keepdim=True)
-    xc = xf - mu
-    rstd = ((xc * xc).mean(dims, keepdim=True) + eps).rsqrt()
+    gf = _sm_up(g)
+    xc, rstd, dims = _ln_centered(_sm_up(x), ndim, eps)
+    lead = tuple(range(len(x._shape) - ndim))
     xhat = xc * rstd
     dx = dw = db = None
     if needs[0]:

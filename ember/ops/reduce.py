@@ -84,7 +84,7 @@ def _sum_rows_blocked(x, dims):
     summed over batch and positions of a [N, C, H, W] gradient laid out channels-last, or
     over the rows of [M, C] with few columns -- or None for any other case. NumPy sums such
     an array one short column at a time (~30 µs for 2^15 f32); here the rows are first
-    added as long vectors of several rows each, then the few partial rows: ~5 µs, and no
+    added as long vectors of several rows each, then the few partial rows: ~8 µs, and no
     less accurate (both add rows in sequence; the blocked form makes shorter chains)."""
     shape, strides = x.shape, x.strides
     red = set(dims)
@@ -121,10 +121,12 @@ def _acc_reduce(fn, name):
     """``fn`` (np.add.reduce, np.multiply.reduce; ``xp.<name>`` in another namespace)
     accumulating f16/bf16 in f32 and ints in their own dtype. The ufunc's own ``reduce`` skips
     np.sum's Python-level dispatch."""
+    blocked = name == "sum"         # sums of short kept rows may go `_sum_rows_blocked`
+
     def run(x, dims, keepdim, *, xp=np):
         red = fn if xp is np else getattr(xp, name)
         xd = x.dtype
-        if name == "sum" and xp is np and xd in _F32_F64 and x.size >= _BLOCKED_MIN and not (
+        if blocked and xp is np and xd in _F32_F64 and x.size >= _BLOCKED_MIN and not (
                 x.flags.c_contiguous and (x.shape[-1] >= _SHORT_ROW or x.ndim - 1 in dims)):
             out = _sum_rows_blocked(x, dims)
             if out is not None:

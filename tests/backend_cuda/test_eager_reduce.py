@@ -92,14 +92,20 @@ def _check(name, x, dims, op, d, keepdim=False):
     if k is None:
         return None
     got = evaluate(k, [xa])[0].reshape(want.shape)
-    assert got.dtype == want.dtype, (name, dims, op, d)
+    _agrees(got, want, op, d, f"{name} {dims} {op} {d}")
+    return k
+
+
+def _agrees(got, want, op, d, what):
+    """``got`` is the reference's ``want``: float sums and products within a tolerance of
+    the dtype (their order of additions differs), everything else exactly."""
+    assert got.dtype == want.dtype, what
     if d.is_float and op in ("sum", "prod"):
         tol = {dt.float16: 2e-3, dt.float32: 1e-5, dt.float64: 1e-12}[d]
         np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
-                                   rtol=tol, atol=tol, err_msg=f"{name} {dims} {op} {d}")
+                                   rtol=tol, atol=tol, err_msg=what)
     else:
-        np.testing.assert_array_equal(got, want, err_msg=f"{name} {dims} {op} {d}")
-    return k
+        np.testing.assert_array_equal(got, want, err_msg=what)
 
 
 @pytest.mark.parametrize("op", sorted(R.OPS))
@@ -174,13 +180,7 @@ def test_reductions_on_the_device(op, d):
         want = OPS[op].numpy(_as(x, d_), dims=dims, keepdim=True)
         v = _device_view(name, x, d_, dev)
         res = getattr(v, op)(list(dims), keepdim=True).numpy()
-        assert res.dtype == want.dtype, (name, dims)
-        if d_.is_float and op in ("sum", "prod"):
-            tol = {dt.float16: 2e-3, dt.float32: 1e-5, dt.float64: 1e-12}[d_]
-            np.testing.assert_allclose(res.astype(np.float64), want.astype(np.float64),
-                                       rtol=tol, atol=tol, err_msg=f"{name} {dims}")
-        else:
-            np.testing.assert_array_equal(res, want, err_msg=f"{name} {dims}")
+        _agrees(res, want, op, d_, f"{name} {dims}")
     if backend._reduce is not None:
         assert backend._reduce.launches > before, "the eager reduction path never ran"
 

@@ -30,7 +30,7 @@ import struct
 
 import numpy as np
 
-from .ops import _GRID_CAP, _KERNEL_HELPERS, KERNEL_DTYPES, _elem_strides, _fmt, _Kernels
+from .ops import _GRID_CAP, _KERNEL_HELPERS, KERNEL_DTYPES, _elem_strides, _Kernels
 
 LN_SOURCE = _KERNEL_HELPERS + r"""
 __device__ __forceinline__ float ember_sqrt(float v) { return sqrtf(v); }
@@ -383,21 +383,6 @@ def plan(N, sn, lead, itemsize):
     return f"rows_{{}}_b_{st}", min(M, _GRID_CAP), threads, smem if st == "s" else 0, -1
 
 
-class _SmemKernels(_Kernels):
-    """`_Kernels` whose launches take dynamic shared memory."""
-
-    def launch_smem(self, name, grid, block, smem, arrays, i64s=(), i32s=()):
-        fptr = self._fptr(name)
-        if fptr is None:
-            self[name]((grid,), (block,), (*arrays, *[np.int64(v) for v in i64s],
-                                          *[np.int32(v) for v in i32s]), shared_mem=smem)
-            return
-        direct, stream = self._direct
-        kp = direct.pack(_fmt(len(arrays), len(i64s), len(i32s)),
-                         *[a.data.ptr for a in arrays], *i64s, *i32s)
-        direct.raw_launch(fptr, grid, 1, 1, block, 1, 1, smem, stream(), kp, 0)
-
-
 _F64 = np.dtype(np.float64)
 _F32 = np.dtype(np.float32)
 
@@ -406,7 +391,7 @@ def layer_norm_impl(cp, xp):
     """``CUDA_IMPLS["layer_norm"]``: the kernels above for f16/f32/f64 inputs (any other
     dtype: the reference)."""
     from ...ops.nn import _layer_norm_numpy
-    kernels = _SmemKernels(cp, LN_SOURCE)
+    kernels = _Kernels(cp, LN_SOURCE)
     plans: dict = {}
 
     def layer_norm(x, *wb, ndim, eps, has_weight, has_bias):
@@ -437,8 +422,8 @@ def layer_norm_impl(cp, xp):
         if has_bias:
             b = cp.ascontiguousarray(wb[-1], dtype=ct)
             flags |= 2
-        kernels.launch_smem(name, grid, block, smem, (x, w, b, y),
-                            (*dims, _f64_bits(eps)), (flags, ld))
+        kernels.launch(name, grid, block, (x, w, b, y), (*dims, _f64_bits(eps)), (flags, ld),
+                       smem)
         return y
     return layer_norm
 

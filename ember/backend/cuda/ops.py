@@ -586,8 +586,9 @@ class _Kernels:
     ``RawKernel`` call. Where ember's runtime cannot compile (no NVRTC library of its own) or
     CuPy has no driver binding, the source runs as a ``cupy.RawModule`` as before.
 
-    ``launch(name, grid, block, arrays, i64s, i32s)``: the kernel's parameters are the
-    arrays' data pointers, then the 64-bit and the 32-bit integers, in that order."""
+    ``launch(name, grid, block, arrays, i64s, i32s, smem)``: the kernel's parameters are the
+    arrays' data pointers, then the 64-bit and the 32-bit integers, in that order; ``smem``
+    bytes of dynamic shared memory."""
 
     def __init__(self, cp, source):
         self.cp, self.source = cp, source
@@ -640,17 +641,17 @@ class _Kernels:
         f = self._ptrs[(dev, name)] = int(mod.get_function(name).ptr)
         return f
 
-    def launch(self, name, grid: int, block: int, arrays, i64s=(), i32s=()):
+    def launch(self, name, grid: int, block: int, arrays, i64s=(), i32s=(), smem: int = 0):
         fptr = self._fptr(name)
         if fptr is None:
             np_ = np
             self[name]((grid,), (block,), (*arrays, *[np_.int64(v) for v in i64s],
-                                          *[np_.int32(v) for v in i32s]))
+                                          *[np_.int32(v) for v in i32s]), shared_mem=smem)
             return
         direct, stream = self._direct
         fmt = _fmt(len(arrays), len(i64s), len(i32s))
         kp = direct.pack(fmt, *[a.data.ptr for a in arrays], *i64s, *i32s)
-        direct.launch(fptr, grid, block, stream(), kp)
+        direct.launch(fptr, grid, block, stream(), kp, smem)
 
 
 _FMTS: dict = {}

@@ -157,21 +157,25 @@ class Replays:
             else:
                 local.stream = saved
 
-    def _scalars_of(self, stream, nodes, prims, fresh):
-        """The plan key of a trace, and per recorded scalar its per-call attr or value."""
+    def _parts(self, stream, nodes, fresh):
+        """(the trace's nodes, its plan key, its external buffers, per recorded scalar its
+        per-call attr or value)."""
         sub = stream.needed(nodes)
-        key, _, scalars, _, _ = plan_key(sub, nodes, self.tracer)
+        key, ext_vals, scalars, _, _ = plan_key(sub, nodes, self.tracer)
         names = {id(v): a for a, v in fresh.items()}
         for n in sub:
             if n.name == "div" and len(n.inputs) > 1 and id(n.inputs[1]) in names:
                 # a division by a per-call scalar is planned by the scalar's value
                 raise _NotReplayable("a division by a per-call scalar")
-        return key, tuple(names.get(id(x), _Const(x)) for x in scalars)
+        return sub, key, ext_vals, tuple(names.get(id(x), _Const(x)) for x in scalars)
+
+    def _scalars_of(self, stream, nodes, prims, fresh):
+        """The plan key of a trace, and per recorded scalar its per-call attr or value."""
+        _, key, _, scalar_from_attr = self._parts(stream, nodes, fresh)
+        return key, scalar_from_attr
 
     def _build(self, stream, nodes, prims, fresh):
-        key, scalar_from_attr = self._scalars_of(stream, nodes, prims, fresh)
-        sub = stream.needed(nodes)
-        _, ext_vals, scalars, _, _ = plan_key(sub, nodes, self.tracer)
+        sub, key, ext_vals, scalar_from_attr = self._parts(stream, nodes, fresh)
         pos = {n: i for i, n in enumerate(sub)}
         by_id = {id(p): i for i, p in enumerate(prims) if hasattr(p, "shape")}
         ext_from = []

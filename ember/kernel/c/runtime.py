@@ -396,15 +396,19 @@ class CpuKernelRuntime:
                 for x, k in zip(args, kinds)]
         return struct.pack(prog.arg_fmt, *vals)
 
-    def _call(self, prog, fn, inputs, outputs, args, v: Variant):
+    def _invoke(self, fn, arrays, packed, threads, chunk, ptrs_t=None):
+        """Call kernel ``fn`` on ``arrays`` (inputs, then outputs): through `fastcall`, else
+        ctypes (``ptrs_t``: the pointer-array type, when the caller made it once)."""
         fast = self._fast
         if fast is not None:
-            fast(_address(fn), [*inputs, *outputs], self._pack_args(prog, args),
-                 self._threads(prog, v), v.chunk)
-            return
-        ptrs = (ctypes.c_void_p * (prog.n_in + prog.n_out))(
-            *[_ptr(a) for a in inputs], *[_ptr(o) for o in outputs])
-        fn(ptrs, self._pack_args(prog, args), self._threads(prog, v), v.chunk)
+            fast(_address(fn), arrays, packed, threads, chunk)
+        else:
+            fn((ptrs_t or ctypes.c_void_p * len(arrays))(*[_ptr(a) for a in arrays]), packed,
+               threads, chunk)
+
+    def _call(self, prog, fn, inputs, outputs, args, v: Variant):
+        self._invoke(fn, [*inputs, *outputs], self._pack_args(prog, args),
+                     self._threads(prog, v), v.chunk)
 
     def launch(self, program: Program, inputs, args=()) -> list:
         """Run ``program``; returns new contiguous outputs (large ones in memory of earlier
@@ -471,13 +475,8 @@ class CpuKernelRuntime:
                 packed = self._pack_args(program, args)
             else:
                 packed = packer.pack(*[float(x) for x in args])
-            fast = self._fast
-            if fast is not None:
-                fast(_address(fn), [*inputs, *outs], packed, self._threads(program, v),
-                     v.chunk)
-            else:
-                fn(ptrs_t(*[_ptr(a) for a in inputs], *[_ptr(o) for o in outs]), packed,
-                   self._threads(program, v), v.chunk)
+            self._invoke(fn, [*inputs, *outs], packed, self._threads(program, v), v.chunk,
+                         ptrs_t)
             self.launches += 1
             return outs
         return run

@@ -42,10 +42,11 @@ class DirectLauncher:
         _pack_into(fmt, slots[0], 0, *values)
         return slots[1]
 
-    def launch(self, fptr: int, grid: int, block: int, stream: int, params: int) -> None:
-        """Launch function ``fptr`` (1-d grid and block) on ``stream`` with the parameters
-        `pack` returned."""
-        self._launch(fptr, grid, 1, 1, block, 1, 1, 0, stream, params, 0)
+    def launch(self, fptr: int, grid: int, block: int, stream: int, params: int,
+               smem: int = 0) -> None:
+        """Launch function ``fptr`` (1-d grid and block, ``smem`` bytes of dynamic shared
+        memory) on ``stream`` with the parameters `pack` returned."""
+        self._launch(fptr, grid, 1, 1, block, 1, 1, smem, stream, params, 0)
 
     def grid_cap(self, device: int, block: int) -> int:
         """Blocks of ``block`` threads that fill ``device`` once (grid-stride loops do the
