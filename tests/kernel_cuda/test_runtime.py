@@ -89,6 +89,31 @@ def test_runs_on_the_current_stream(rt):
     assert float(y[:8].get().max()) == 20.0 and float(y[-8:].get().min()) == 20.0
 
 
+
+def test_elementwise_grid_covers_the_array(rt):
+    """By default each thread runs its step once (a grid of steps / block blocks, past the
+    reductions' cap of `WAVES` waves); ``ept`` steps per thread divide the grid."""
+    from ember.kernel.cuda.runtime import WAVES
+    from ember.kernel.cuda.device import device_info
+    n = 1 << 26
+    k = ir.Elementwise((n,), (ir.BufferView(dt.f32, (1,)),),
+                       (ir.Load(0, dt.f32) * 2.0 + 1.0,), (dt.f32,))
+    prog = rt.compile(k, CudaVariant())
+    (ln,) = prog.rendered.launches
+    b = rt._build(prog, CudaVariant())
+    grid = b.calls[0][2][0]
+    assert grid == -(-ln.items // ln.block)
+    info = device_info(0)
+    assert grid > info.sms * (info.threads_per_sm // ln.block) * WAVES   # (uncapped)
+    b4 = rt._build(prog, CudaVariant(ept=4))
+    assert b4.calls[0][2][0] == -(-ln.items // (4 * ln.block))
+    cp = pytest.importorskip("cupy")
+    x = cp.arange(n, dtype=cp.float32)
+    for v in (CudaVariant(), CudaVariant(ept=4)):
+        out = cp.full(n, cp.nan, cp.float32)
+        rt._launch(prog, [x], [], [out], variant=v)
+        assert bool(cp.all(out == x * 2 + 1)), v
+
 def test_autotune_stores_the_winner(tmp_path):
     import os
     os.environ.setdefault("EMBER_AUTOTUNE", "1")

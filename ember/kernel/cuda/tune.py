@@ -3,10 +3,10 @@ store (`ember.kernel.autotune`: the same SQLite file, key scheme and policy).
 
 A `CudaVariant` is ``block`` (threads per block), ``vec`` (elementwise elements per thread
 and step, in chunks of one vector access), ``ept`` (elementwise steps per thread: the grid
-size), ``tpr`` (row
-reductions: threads per output) and ``by`` (column reductions: threads per output); 0 means
-the renderer's default. ``ept`` is a launch choice; the others are compile-time (another
-NVRTC compile, cached like any kernel).
+size; 0 or 1: one step each, a grid that covers the array), ``tpr`` (row reductions: threads
+per output) and ``by`` (column reductions: threads per output); 0 means the renderer's
+default. ``ept`` is a launch choice; the others are compile-time (another NVRTC compile,
+cached like any kernel).
 
 Tuning is synchronous, on a key's second launch (the first runs the default variant:
 ``EMBER_AUTOTUNE_AFTER``, as for C kernels), within ``EMBER_AUTOTUNE_BUDGET`` (compiles
