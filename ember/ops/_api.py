@@ -21,3 +21,21 @@ class _TensorAPI:
 
 
 api = _TensorAPI()
+
+
+_apply = None
+
+
+def apply_op(op, inputs, attrs):
+    """Run registry op ``op`` on Tensors from a derivative rule (``dispatch.apply``, imported
+    on first use for the same reason as `api`)."""
+    global _apply
+    if _apply is None:
+        from ..tensor.dispatch import apply as _a
+        _apply = _a
+    return _apply(op, inputs, attrs)
+
+
+def run_op(op, inputs, **attrs):
+    """`apply_op` with the attrs as keywords."""
+    return apply_op(op, inputs, attrs)

@@ -24,22 +24,12 @@ import numpy as np
 
 from .. import dtype as dt
 from ..errors import DTypeError, IndexError_, ShapeError
-from ._api import api
+from ._api import api, run_op
 from ._xp import add_at, as_strided, device_array, value_range, weighted_bincount
 from .registry import declare
 from .rules import require_kind, same_dtype
 
-_apply = None
-
-
-def _run(op, inputs, **attrs):
-    """Run a registry op from a derivative rule (the Tensor API sits above the registry, so
-    dispatch is imported on first use)."""
-    global _apply
-    if _apply is None:
-        from ..tensor.dispatch import apply as _a
-        _apply = _a
-    return _apply(op, inputs, attrs)
+_run = run_op
 
 
 def _ct(a):

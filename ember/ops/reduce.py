@@ -20,7 +20,8 @@ from ..errors import ShapeError
 from ._xp import accumulate_extreme
 from .registry import declare
 from .rules import require_kind
-from .sort import TAKE_BACK, apply_op
+from ._api import apply_op
+from .sort import TAKE_BACK
 
 _LOW = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 _BF16 = np.dtype(ml_dtypes.bfloat16)

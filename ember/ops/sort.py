@@ -12,22 +12,12 @@ import numpy as np
 
 from .. import dtype as dt
 from ..errors import DTypeError, ShapeError
+from ._api import apply_op
 from ._xp import weighted_bincount
 from .registry import declare
 from .rules import require_kind
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
-_apply = None
-
-
-def apply_op(op, inputs, attrs):
-    """Run a registry op from a derivative rule (the Tensor API's dispatch, imported late:
-    it sits above the registry)."""
-    global _apply
-    if _apply is None:
-        from ..tensor.dispatch import apply as _a
-        _apply = _a
-    return _apply(op, inputs, attrs)
 
 
 # -- take_along_dim_backward ----------------------------------------------------------------

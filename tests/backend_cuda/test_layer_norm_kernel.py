@@ -59,13 +59,24 @@ def test_planning(monkeypatch):
     assert _plan(sw, 1)[0] == "tile_{}_32" and _plan(sw, 1)[4] == 3
     assert _plan(sw, 1, 8)[0] == "tile_{}_16"                  # f64: a narrower tile
     assert _plan(x, 1)[0] == "rows_{}_w_s"
-    assert norm._plan_for(sw, 1, "f32", 4)[2] is None                 # (off by default)
-    monkeypatch.setattr(norm, "VEC_READS", True)
-    assert norm._plan_for(sw, 1, "f32", 4)[2] == "ember_ln_tile_f32_32v"   # 16-byte reads
-    assert norm._plan_for(sw[:, 1:], 1, "f32", 4)[2] is not None      # (checked per call)
+    h100 = 227 * 1024                                          # sharedMemPerBlockOptin
+    # the wide tile: 64 rows, 16-byte reads, 256 * 65 * 4 bytes of shared memory opted in
+    alt = norm._plan_for(sw, 1, "f32", 4, h100)[7]
+    assert alt == ("ember_ln_tile_f32_64v", 1 * 4, 256 * 65 * 4)
+    big = np.swapaxes(np.empty((64, 256, 4096), np.float32), 1, 2)       # bench row 4
+    assert norm._plan_for(big, 1, "f32", 4, h100)[7][1] == 64 * 4096 // 64
+    assert norm._plan_for(sw, 1, "f32", 4)[7] is None          # (no opt-in: 48 KiB)
+    assert norm._plan_for(sw[:, 1:], 1, "f32", 4, h100)[7] is not None   # (checked per call)
     assert norm._plan_for(np.swapaxes(np.empty((4, 256, 63), np.float32), 1, 2), 1, "f32",
-                          4)[2] is None                               # rows not aligned
-    assert norm._plan_for(sw, 1, "f64", 8)[2] is None
+                          4, h100)[7] is None                          # rows not aligned
+    assert norm._plan_for(sw, 1, "f64", 8, h100)[7] is None
+    assert norm._plan_for(np.swapaxes(np.empty((4, 512, 64), np.float32), 1, 2), 1, "f32",
+                          4, h100)[7] is None                  # past WIDE_SMEM_MAX
+    monkeypatch.setattr(norm, "WIDE_TILES", False)
+    assert norm._plan_for(sw, 1, "f32", 4, h100)[7] is None             # (VEC_READS off)
+    monkeypatch.setattr(norm, "VEC_READS", True)
+    p = norm._plan_for(sw, 1, "f32", 4, h100)
+    assert p[7] == ("ember_ln_tile_f32_32v", p[2], p[4])       # 16-byte reads, 32 rows
     assert _plan(np.empty((8, 5000), np.float32), 1)[0] == "rows_{}_b_s"
     assert _plan(np.empty((8, 20000), np.float32), 1)[0] == "rows_{}_b_g"
     assert _plan(np.empty((8, 1000), np.float64), 1, 8)[0] == "rows_{}_w_g"
@@ -152,6 +163,7 @@ def _layouts():
         ("swapped_sliced", np.swapaxes(a, 1, 2)[1:, 3:17], 1),
         ("swapped_wide", np.swapaxes(rng.normal(size=(2, 64, 72)), 1, 2), 1),   # 16-byte reads
         ("swapped_wide_offset", np.swapaxes(rng.normal(size=(2, 64, 76)), 1, 2)[:, 1:], 1),
+        ("swapped_256", np.swapaxes(rng.normal(size=(2, 256, 100)), 1, 2), 1),   # opted in
         ("5d_moved", np.moveaxis(b, 4, 1), 1), ("5d_moved_2d", np.moveaxis(b, 0, 4), 2),
         ("expanded", np.broadcast_to(a[:1], (4, 40, 20)), 1),
         ("expanded_swapped", np.swapaxes(np.broadcast_to(a[:1], (4, 40, 20)), 1, 2), 1),
@@ -190,13 +202,15 @@ def _check(got, x, ndim, w, b, d, what):
 
 
 @gpu
-@pytest.mark.parametrize("vec", [False, True], ids=["scalar", "vec"])
+@pytest.mark.parametrize("mode", ["scalar", "vec", "wide"])
 @pytest.mark.parametrize("d", ["f32", "f64", "f16", "bf16"])
 @pytest.mark.parametrize("name,x,ndim", _layouts(), ids=[c[0] for c in _layouts()])
-def test_kernels_on_the_gpu(monkeypatch, vec, d, name, x, ndim):
-    if vec and d != "f32":
+def test_kernels_on_the_gpu(monkeypatch, mode, d, name, x, ndim):
+    if mode != "scalar" and d != "f32":
         pytest.skip("16-byte reads are f32 only")
-    monkeypatch.setattr(norm, "VEC_READS", vec)        # (read when a layout is planned)
+    # (read when a layout is planned)
+    monkeypatch.setattr(norm, "VEC_READS", mode == "vec")
+    monkeypatch.setattr(norm, "WIDE_TILES", mode == "wide")
     rng = np.random.default_rng(1)
     npd = em.dtype.as_dtype(d).np
     ns = x.shape[x.ndim - ndim:]

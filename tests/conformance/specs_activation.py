@@ -7,6 +7,7 @@ import numpy as np
 
 import ember as em
 from tests.conformance.harness import NUMERIC, Case, Input
+from tests.conformance.specs_nn import P
 
 UN = [((2, 3),), ((),), ((0, 3),), ((1, 5),)]
 BIG = Input("uniform", -60.0, 60.0)  # exp(60) overflows f16/bf16 and f32's exp(100)
@@ -89,6 +90,10 @@ CASES = [
          inputs=(HUGE,)),
     Case("relu", "relu", lambda a: a.relu(), relu, UN, dtypes=NUMERIC),
     Case("relu_fn", "relu", lambda a: em.relu(a), relu, [((3, 4),)]),
+    # relu's backward primitive (and, by its gradient check, its own derivative)
+    Case("relu_backward", "relu_backward", lambda g, x: P("relu_backward", g, x),
+         lambda g, x: np.asarray(g, np.float64) * (np.asarray(x) > 0),
+         [((3, 4), (3, 4)), ((2, 3, 5), (2, 3, 5)), ((), ()), ((0, 3), (0, 3))]),
     # -- piecewise linear --
     Case("leaky_relu", ("where", "mul"), lambda a: em.leaky_relu(a),
          lambda a: np.where(a > 0, a, 0.01 * a), UN),

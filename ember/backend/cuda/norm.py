@@ -17,6 +17,11 @@ C-contiguous first. y is C-contiguous, row ``r`` (the leading dims' flat index) 
   thread issues its loads in batches of 16 before storing them: written as one predicated
   loop, each load sat in a branch of its own and a thread had one load in flight (bench
   row 4 on an H100: 0.418 ms, 2.35x the copy floor; batched 0.238 ms, 1.34x).
+* **wide tile** (f32 tiles whose rows are 16-byte aligned, the default where the tile fits
+  `WIDE_SMEM_MAX`): 64 rows a block, read 4 floats at once, the ``N x 65`` tile in dynamic
+  shared memory beyond 48 KiB (the function opted in: ``cudaFuncSetAttribute``, up to the
+  device's ``sharedMemPerBlockOptin``). Bench row 4 on an H100: 0.2268 ms against 0.2409
+  for the 32-row tile read a float at a time (a copy of the bytes 0.1873 ms).
 
 The arithmetic is the reference's (``_layer_norm_numpy``), in f32 for f16 (bf16 arrives as
 f32: `Cuda._runner` upcasts it) and f64 for f64: mean = sum * (1/n), d = x - mean, var =
@@ -289,8 +294,8 @@ __device__ __forceinline__ void ember_ln_tile(
 EMBER_LN(f16, unsigned short)
 EMBER_LN(f32, float)
 EMBER_LN(f64, double)
-// f32 tiles read 4 floats at once (rows 16-byte aligned); 64 wide needs opted-in shared
-// memory beyond 48 KiB for N > 180 (measured, not planned: `plan` stays under the limit)
+// f32 tiles read 4 floats at once (rows 16-byte aligned); 64 wide takes opted-in shared
+// memory beyond 48 KiB for N > 188 (the launch opts in: `_Kernels.launch`)
 EMBER_LN_TILE(f32, float, 32, v, true)
 EMBER_LN_TILE(f32, float, 16, v, true)
 EMBER_LN_TILE(f32, float, 64, v, true)
@@ -303,13 +308,22 @@ ROW_WARP_MAX = 1024
 ROW_WARP_BLOCK = 256
 TILE_THREADS = 256
 TILE_WIDTHS = (32, 16, 8)
-#: f32 tile widths with 16-byte reads (64: measured only, see LN_SOURCE)
+#: f32 tile widths with 16-byte reads
 VEC_WIDTHS = (32, 16, 64)
-#: f32 tiles read 4 floats at once where their rows are 16-byte aligned. Off: on an H100
-#: (bench row 4's [64, 4096, 256] swapped view) the 32-wide tile took 0.2522 ms with them
-#: and 0.2409 ms without (copy 0.1873 ms); the 64-wide one with them, 66.5 KiB of shared
-#: memory opted in, took 0.2268 ms -- the next step, once the launch opts in per device
+#: f32 tiles of the scalar plan's width read 4 floats at once where their rows are 16-byte
+#: aligned. Off: on an H100 (bench row 4's [64, 4096, 256] swapped view) the 32-wide tile
+#: took 0.2522 ms with them and 0.2409 ms without (copy 0.1873 ms)
 VEC_READS = False
+#: the wide tile: f32 tiles of `WIDE` rows read 4 floats at once where their rows are
+#: 16-byte aligned, ``N * (WIDE + 1) * 4`` bytes of dynamic shared memory (opted in above
+#: 48 KiB) up to `WIDE_SMEM_MAX`, which leaves room for two blocks a multiprocessor on an
+#: H100 (228 KiB). Bench row 4 on an H100: 0.2268 ms (66.5 KiB a block), the scalar 32-row
+#: tile 0.2409. Preferred over the scalar plan where it applies (`WIDE_TILES`)
+WIDE = 64
+WIDE_TILES = True
+WIDE_SMEM_MAX = 100 * 1024
+#: the tile kernels' static shared memory for a width: part[256], mean_s[TC], rstd_s[TC]
+_TILE_STATIC = {64: (TILE_THREADS + 2 * 64) * 4}
 #: leading dims the kernels index (more, after merging, are copied contiguous first)
 MAX_LEAD = 4
 
@@ -390,9 +404,11 @@ _F32 = np.dtype(np.float32)
 def layer_norm_impl(cp, xp):
     """``CUDA_IMPLS["layer_norm"]``: the kernels above for f16/f32/f64 inputs (any other
     dtype: the reference)."""
+    from ...kernel.cuda.device import device_info
     from ...ops.nn import _layer_norm_numpy
     kernels = _Kernels(cp, LN_SOURCE)
     plans: dict = {}
+    get_device = cp.cuda.runtime.getDevice if cp is not None else None
 
     def layer_norm(x, *wb, ndim, eps, has_weight, has_bias):
         kd = KERNEL_DTYPES.get(x.dtype)
@@ -403,17 +419,19 @@ def layer_norm_impl(cp, xp):
         if y.size == 0:
             return y
         ct = _F64 if x.dtype == _F64 else _F32
-        key = (x.shape, x.strides, x.dtype, ndim)
+        dev = get_device()
+        key = (x.shape, x.strides, x.dtype, ndim, dev)
         p = plans.get(key)
         if p is None:
-            p = plans[key] = _plan_for(x, ndim, kd, ct.itemsize)
             if len(plans) > 1024:
                 plans.clear()
-        copy, name, vname, grid, block, smem, dims, ld = p
+            p = plans[key] = _plan_for(x, ndim, kd, ct.itemsize,
+                                       device_info(dev).smem_optin)
+        copy, name, grid, block, smem, dims, ld, alt = p
         if copy:
             x = cp.ascontiguousarray(x)
-        elif vname is not None and x.data.ptr % 16 == 0:
-            name = vname
+        elif alt is not None and x.data.ptr % 16 == 0:
+            name, grid, smem = alt
         w = b = y
         flags = 0
         if has_weight:
@@ -428,9 +446,11 @@ def layer_norm_impl(cp, xp):
     return layer_norm
 
 
-def _plan_for(x, ndim, kd, itemsize):
-    """``(copy first?, kernel name, its 16-byte-read variant or None, grid, block, shared
-    bytes, i64 dims, lane dim)`` for input ``x``."""
+def _plan_for(x, ndim, kd, itemsize, smem_optin=SMEM_LIMIT):
+    """``(copy first?, kernel name, grid, block, shared bytes, i64 dims, lane dim, alt)``
+    for input ``x``; ``alt``: ``(kernel name, grid, shared bytes)`` of the 16-byte-read
+    tile to run instead when x's data is 16-byte aligned (checked per call), or None.
+    ``smem_optin``: the device's shared memory per block with opting in."""
     sx = _elem_strides(x)
     lay = None if sx is None else layout(x.shape, sx, ndim)
     how = None if lay is None else plan(*lay, itemsize)
@@ -445,13 +465,18 @@ def _plan_for(x, ndim, kd, itemsize):
     for n, _ in lead:
         M *= n
     name = "ember_ln_" + suffix.format(kd)
-    vname = None
-    if VEC_READS and kd == "f32" and suffix.startswith("tile") and sn % 4 == 0 and \
-            int(suffix.rsplit("_", 1)[1]) in VEC_WIDTHS and \
+    alt = None
+    if kd == "f32" and not copy and suffix.startswith("tile") and sn % 4 == 0 and \
             all(s % 4 == 0 for i, (_, s) in enumerate(pad) if i != ld):
-        vname = name + "v"          # (used when x's data is 16-byte aligned too)
-    return (copy, name, vname, grid, block, smem,
-            (M, N, sn, *[n for n, _ in pad], *[s for _, s in pad]), ld)
+        wsmem = N * (WIDE + 1) * 4
+        if WIDE_TILES and wsmem <= min(WIDE_SMEM_MAX, smem_optin - _TILE_STATIC[WIDE]):
+            ll = pad[ld][0]
+            alt = (f"ember_ln_tile_f32_{WIDE}v",
+                   min(-(-ll // WIDE) * (M // ll), _GRID_CAP), wsmem)
+        elif VEC_READS and int(suffix.rsplit("_", 1)[1]) in VEC_WIDTHS:
+            alt = (name + "v", grid, smem)
+    return (copy, name, grid, block, smem,
+            (M, N, sn, *[n for n, _ in pad], *[s for _, s in pad]), ld, alt)
 
 
 def _contiguous_strides(shape):

@@ -588,7 +588,8 @@ class _Kernels:
 
     ``launch(name, grid, block, arrays, i64s, i32s, smem)``: the kernel's parameters are the
     arrays' data pointers, then the 64-bit and the 32-bit integers, in that order; ``smem``
-    bytes of dynamic shared memory."""
+    bytes of dynamic shared memory (above 48 KiB the function is opted in to that much
+    first: ``cudaFuncSetAttribute``, up to the device's ``sharedMemPerBlockOptin``)."""
 
     def __init__(self, cp, source):
         self.cp, self.source = cp, source
@@ -645,8 +646,11 @@ class _Kernels:
         fptr = self._fptr(name)
         if fptr is None:
             np_ = np
-            self[name]((grid,), (block,), (*arrays, *[np_.int64(v) for v in i64s],
-                                          *[np_.int32(v) for v in i32s]), shared_mem=smem)
+            fn = self[name]
+            if smem > 48 * 1024 and fn.max_dynamic_shared_size_bytes < smem:
+                fn.max_dynamic_shared_size_bytes = smem
+            fn((grid,), (block,), (*arrays, *[np_.int64(v) for v in i64s],
+                                   *[np_.int32(v) for v in i32s]), shared_mem=smem)
             return
         direct, stream = self._direct
         fmt = _fmt(len(arrays), len(i64s), len(i32s))

@@ -56,12 +56,14 @@ def cuda_runtime_major() -> int | None:
 @dataclass(frozen=True, slots=True)
 class DeviceInfo:
     """``arch``: compute capability as ``major * 10 + minor``; ``sms``: multiprocessors;
-    ``threads_per_sm``: resident threads per multiprocessor."""
+    ``threads_per_sm``: resident threads per multiprocessor; ``smem_optin``: the shared
+    memory a block may take once its function opts in (bytes, static and dynamic)."""
     index: int
     name: str
     arch: int
     sms: int
     threads_per_sm: int
+    smem_optin: int = 48 * 1024
 
 
 def device_info(index: int) -> DeviceInfo:
@@ -74,6 +76,7 @@ def device_info(index: int) -> DeviceInfo:
         name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
         r = DeviceInfo(index, name, int(p["major"]) * 10 + int(p["minor"]),
                        int(p["multiProcessorCount"]),
-                       int(p.get("maxThreadsPerMultiProcessor", 2048)))
+                       int(p.get("maxThreadsPerMultiProcessor", 2048)),
+                       int(p.get("sharedMemPerBlockOptin", 48 * 1024)))
         _STATE[("dev", index)] = r
     return r
