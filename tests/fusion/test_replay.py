@@ -149,3 +149,84 @@ def test_replays_at_every_size_with_the_fast_launch():
     assert em.fusion.stats()["kernels"] == 1
     for a, b in zip(got, ADAM.numpy(*prims, **attrs)):
         np.testing.assert_array_equal(a, b)
+
+
+# -- small elementwise ops: their one-op kernel where it measured faster --------------------
+def _channels_last(a):
+    return np.ascontiguousarray(np.moveaxis(a, 1, -1)).transpose(0, 3, 1, 2)
+
+
+def _ew_cases(rng):
+    x = _channels_last(rng.standard_normal((16, 16, 8, 8)).astype(np.float32))
+    x.reshape(-1)[::17] = np.nan
+    x.reshape(-1)[5::19] = -0.0
+    g = _channels_last(rng.standard_normal((16, 16, 8, 8)).astype(np.float32))
+    b = rng.standard_normal((1, 16, 1, 1)).astype(np.float32)
+    shape = x.shape
+    return [(OPS["relu"], (x,)), (OPS["add"], (x, b)), (OPS["relu_backward"], (g, x)),
+            (OPS["mul"], (np.ascontiguousarray(x), g))], shape
+
+
+@pytest.mark.parametrize("kernel_wins", [True, False])
+def test_small_elementwise_ops_run_as_the_faster_of_kernel_and_numpy(monkeypatch,
+                                                                     kernel_wins):
+    """After `PROBE_CALLS` timed calls a structure keeps its kernel (here: made to win) or
+    NumPy; either way the results are NumPy's, bit for bit, in NumPy's memory layout."""
+    from ember.backend.fusion import replay
+    monkeypatch.setattr(replay, "REPLAY_GAIN", 1e9 if kernel_wins else 0.0)
+    dev = _replaying_device()
+    fus = dev.backend
+    monkeypatch.setattr(fus, "_how", {})
+    monkeypatch.setattr(fus, "_replays", None)
+    cases, shape = _ew_cases(np.random.default_rng(11))
+    for op, prims in cases:
+        meta = (shape, em.float32)
+        want = op.numpy(*prims)
+        for call in range(replay.PROBE_CALLS + 4):
+            em.fusion.reset_stats()
+            got = fus._execute_fused(op, prims, {}, meta, dev)
+            st = em.fusion.stats()
+            np.testing.assert_array_equal(got, want)
+            assert got.strides == want.strides and got.dtype == want.dtype
+        # the last calls, after the probes, ran as the kept one
+        assert st["kernels"] == (1 if kernel_wins else 0), (op.name, st)
+        assert st["eager_ops"] == (0 if kernel_wins else 1), (op.name, st)
+
+
+def test_a_one_off_elementwise_op_compiles_nothing():
+    """The first call of a structure runs on NumPy and traces nothing (most one-off ops in a
+    script never repeat); the second traces and compiles its kernel."""
+    dev = _replaying_device()
+    fus = dev.backend
+    x = np.random.default_rng(2).standard_normal((4096 + 5,)).astype(np.float32)
+    meta = (x.shape, em.float32)
+    em.fusion.reset_stats()
+    fus._execute_fused(OPS["sqrt"], (np.abs(x),), {}, meta, dev)
+    assert em.fusion.stats()["compiles"] == 0
+    fus._execute_fused(OPS["sqrt"], (np.abs(x),), {}, meta, dev)
+    assert em.fusion.stats()["compiles"] == 1
+
+
+def test_elementwise_scalar_operands_are_bound_per_call(monkeypatch):
+    """A float operand is the kernel's argument, bound at every call (a dropout scale, an
+    attention scale, a learning rate); an int one is part of the structure."""
+    from ember.backend.fusion import replay
+    monkeypatch.setattr(replay, "REPLAY_GAIN", 1e9)
+    dev = _replaying_device()
+    fus = dev.backend
+    monkeypatch.setattr(fus, "_how", {})
+    monkeypatch.setattr(fus, "_replays", None)
+    x = np.random.default_rng(4).standard_normal((64, 96)).astype(np.float32)
+    meta = (x.shape, em.float32)
+    for call in range(replay.PROBE_CALLS + 6):
+        s = 0.25 + call * 0.375
+        np.testing.assert_array_equal(fus._execute_fused(OPS["mul"], (x, s), {}, meta, dev),
+                                      x * np.float32(s))
+        np.testing.assert_array_equal(fus._execute_fused(OPS["sub"], (s, x), {}, meta, dev),
+                                      np.float32(s) - x)
+        k = call % 3
+        np.testing.assert_array_equal(
+            fus._execute_fused(OPS["greater"], (x, k), {}, (x.shape, em.bool_), dev), x > k)
+    em.fusion.reset_stats()
+    fus._execute_fused(OPS["mul"], (x, 9.5), {}, meta, dev)
+    assert em.fusion.stats()["kernels"] == 1

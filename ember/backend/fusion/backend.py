@@ -35,8 +35,10 @@ from ...ops.registry import OPS
 from ..base import Backend
 from . import runtime as _rt
 from .cache import PlanCache
-from .stats import EAGER, INNER, REPLAY, VIEW_OP, OP_COUNTS as _OPS
+from .stats import EAGER, INNER, KERNEL, PROBE, REPLAY, VIEW_OP, OP_COUNTS as _OPS
 from .planner import EW, RED, VIEW
+from .cross_entropy import OPS as _CE_OPS, CrossEntropyKernels
+from .pooling import OPS as _POOL_OPS, PoolKernels
 from .stream import _SIGS, FusionPrim, Node, Stream, _transposed, numel, sig_of
 
 _EW_CATEGORIES = frozenset({"unary", "binary", "cast", "other"})
@@ -45,6 +47,8 @@ _REDUCTIONS = frozenset({"sum", "prod", "max", "min"})
 _HALF = (dt.float16, dt.bfloat16)
 #: `_classify`'s kind of an op that Fusion runs as its ``decompose`` when large
 DECOMP = "decomp"
+#: `_classify`'s kind of an op that runs as kernels Fusion builds for it where it can
+OP_KERNEL = "op_kernel"
 _wrap = None   # ember.tensor.dispatch.wrap, imported on first use (the Tensor API sits above)
 
 
@@ -57,6 +61,10 @@ DEFAULT_MIN_NUMEL = 1 << 16
 #: the inner backend below (NumPy's passes of Adam's update on 2^11 f32 take about as long);
 #: through the `fastcall` extension (~0.4 µs) it replays at every size
 REPLAY_MIN_NUMEL = 1 << 11
+#: from this many elements a small elementwise op with ready inputs is timed as its one-op
+#: kernel against the inner backend, and the faster runs (`replay.Replays.run_elementwise`);
+#: below, NumPy's one call always wins
+PROBE_MIN_NUMEL = 1 << 12
 #: a flushed stream part that is a single op runs on the inner backend below this many
 #: elements (a kernel fusing one op only wins when it is large enough to run threaded)
 SINGLE_OP_MIN = 1 << 17
@@ -163,6 +171,16 @@ class Fusion(Backend):
         #: ops with a decomposition that the inner backend runs as one kernel of its own
         #: (``Backend.fused_ops``: layer norm on Cuda): they run there, not decomposed
         self._fused_inner = frozenset(getattr(inner, "fused_ops", ()))
+        #: op name -> the kernels Fusion builds for that op (max pooling, cross-entropy:
+        #: ops without an IR expr that NumPy runs in many passes), on the CPU (Cuda has
+        #: kernels of its own for them); none without a kernel runtime or with
+        #: ``EMBER_FUSION_OP_KERNELS=0``
+        self._op_kernels = {}
+        if self.runtime is not None and inner.kind == "cpu" and \
+                os.environ.get("EMBER_FUSION_OP_KERNELS", "1") != "0":
+            pool, ce = PoolKernels(self.runtime), CrossEntropyKernels(self.runtime)
+            self._op_kernels = {**dict.fromkeys(_POOL_OPS, pool),
+                                **dict.fromkeys(_CE_OPS, ce)}
         #: user kernels registered on the inner backend (by op name): those ops are not fused
         self._custom = getattr(inner, "custom_kernels", None)
         if self._custom is not None and self.runtime is not None:
@@ -202,6 +220,8 @@ class Fusion(Backend):
                 k = RED
         if not k and op.decompose is not None and op.name not in self._fused_inner:
             k = DECOMP
+        if not k and op.name in self._op_kernels:
+            k = OP_KERNEL
         self._kinds[op] = k
         return k
 
@@ -217,8 +237,22 @@ class Fusion(Backend):
         except KeyError:            # the first op of its kind and output shape
             how = self._decide(op, meta[0])
         if how:
+            if how < REPLAY:        # EAGER, INNER, VIEW_OP: at once on the inner backend
+                _OPS[how] += 1
+                dev = device.inner
+                return dev._execute(op, prims, attrs, meta, dev)
             if how == REPLAY:
                 out = self._replay(op, prims, attrs, meta, device)
+                if out is not None:
+                    return out
+                how = INNER
+            elif how == PROBE:
+                out, again = self._replays_of().run_elementwise(op, prims, attrs, meta, device)
+                if not again:
+                    self._how[op][meta[0]] = EAGER
+                return out
+            elif how == KERNEL:
+                out = self._op_kernels[op.name].run(op, prims, attrs, meta)
                 if out is not None:
                     return out
                 how = INNER
@@ -248,10 +282,13 @@ class Fusion(Backend):
             kind = self._classify(op)
         if not kind:
             how = INNER
+        elif kind is OP_KERNEL:
+            how = KERNEL
         elif kind is VIEW:
             how = VIEW_OP
         elif kind is EW and self._is_small(shape):
-            how = EAGER
+            how = PROBE if self._replays is not False and numel(shape) >= PROBE_MIN_NUMEL \
+                else EAGER
         elif kind is DECOMP:
             first = shape if op.nout == 1 else shape[0]
             how = 0 if not self._is_small(first) else \
@@ -275,6 +312,12 @@ class Fusion(Backend):
             kind = self._classify(op)
         if not kind:
             return self._inner(op, prims, attrs, meta, device)
+        if kind is OP_KERNEL:
+            vals = tuple([_value(p) if type(p) is FusionPrim else p for p in prims])
+            out = self._op_kernels[op.name].run(op, vals, attrs, meta)
+            if out is not None:
+                return out
+            return self._inner(op, vals, attrs, meta, device)
         if kind is DECOMP:
             first = meta[0] if op.nout == 1 else meta[0][0]
             if self._is_small(first):
@@ -460,11 +503,15 @@ class Fusion(Backend):
     def _replay(self, op, prims, attrs, meta, device):
         """``op`` (small, with a decomposition, its inputs ready) as its traced kernels
         (`replay.Replays`), or None: it runs on the inner backend."""
+        return self._replays_of().run(op, prims, attrs, meta, device)
+
+    def _replays_of(self):
+        """This backend's `replay.Replays`, made on first use."""
         r = self._replays
         if r is None:
             from .replay import Replays
             r = self._replays = Replays(Fusion(self.inner, self._runtime_arg, 0))
-        return r.run(op, prims, attrs, meta, device)
+        return r
 
     def _decomposed(self, op, prims, attrs, device):
         """Run ``op`` as ``op.decompose``: Tensor ops on this device, which record and fuse

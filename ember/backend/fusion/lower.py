@@ -37,6 +37,15 @@ def contiguous_strides(shape) -> tuple:
     return tuple(reversed(out))
 
 
+def element_strides(a):
+    """Array ``a``'s strides in elements, or None where one is no multiple of the itemsize
+    (a view that kernels cannot index)."""
+    item = a.itemsize
+    if any(s % item for s in a.strides):
+        return None
+    return tuple(s // item for s in a.strides)
+
+
 def compose(terms_rows, imap, in_shape, n_iter) -> tuple:
     """The map of a view's input: ``in[d] = sum_e c * out[e] + off`` for each ``(terms,
     off)`` of ``terms_rows`` (terms: ``((e, c), ...)``), composed with ``imap`` (out -> iter).

@@ -21,16 +21,42 @@ on small tensors two launches and their row loops cost more than NumPy's passes)
 that cannot be replayed -- more kernels, a step the kernels cannot hold, an input that must
 be copied first, a buffer that is no input, a per-call scalar the trace cannot attribute to
 one attr -- is remembered, and its calls run on the inner backend as before.
+
+A small *elementwise* op (one with an IR ``expr``) replays its one-op kernel where that
+measured faster than the inner backend (`Replays.run_elementwise`): NumPy takes one fast pass
+for most ops, but several, or a slow loop, for some -- ``maximum`` (relu) is NaN-aware and
+scalar, a broadcast operand of a channels-last tensor is read in a strided loop, a bool mask
+is cast before a multiply. The second call of a structure traces and compiles its kernel;
+the next `PROBE_CALLS` calls alternate the two and are timed, and the faster one runs from
+then on. The kernel computes in the memory order of the op's first full-shape input and
+returns its result in that order (a channels-last conv output gives a channels-last result,
+as NumPy's ufuncs do), so what comes next reads the same layout either way.
 """
 from __future__ import annotations
 
 import threading
+import time
+from functools import partial
 
-from .stats import counts as _counts
+import numpy as np
+
+from ... import dtype as dt
+from ...kernel import ir
+from ...kernel.c_family import nodes
+from .stats import EAGER, OP_COUNTS as _OPS, counts as _counts
 from .stream import Node, Stream, _new_entry, plan_key
 
 MAX_ENTRIES = 512
 _SCALARS = (float, int)
+#: calls of an elementwise structure timed, alternately on the inner backend and as its
+#: kernel, before one of them is kept
+PROBE_CALLS = 8
+#: the kernel is kept where its best time is at most this share of the inner backend's
+REPLAY_GAIN = 0.85
+#: elementwise states: seen once (traced at the next call), not replayed (slower, or no
+#: kernel); a list [calls, best inner ns, best kernel ns] while probing; a `_Replay` once
+#: the kernel won
+_SEEN, _INNER = 1, 2
 
 
 class _Replay:
@@ -55,9 +81,13 @@ class Replays:
     def __init__(self, tracer):
         self.tracer = tracer
         self._entries: dict = {}          # key -> _Replay, or None: not replayable
+        self._ew: dict = {}               # elementwise key -> its state (_SEEN ...)
         self._lock = threading.Lock()
 
-    def key(self, op, prims, attrs):
+    def key(self, op, prims, attrs, per_call=()):
+        """A call's structure: its inputs' shapes, strides and dtypes, the types of its
+        scalar operands, and its attrs' key (``per_call``: scalar operands bound per call,
+        passed as attrs, which the key leaves out)."""
         sigs = []
         for p in prims:
             try:
@@ -71,7 +101,9 @@ class Replays:
                     return None
         dk = op.decompose_key
         try:
-            if dk is None:
+            if per_call:
+                akey = _without([_SCALAR_ARGS[i] for i in per_call], **attrs)
+            elif dk is None:
                 akey = tuple(sorted(attrs.items()))
             else:       # the key's predicates, and every attr that is not a float exactly
                 akey = dk(**attrs)
@@ -90,6 +122,71 @@ class Replays:
             r = self._trace(k, op, prims, attrs, meta, device)
         if r is None:
             return None
+        return self._launch(r, op, prims, attrs)
+
+    def run_elementwise(self, op, prims, attrs, meta, device):
+        """A small elementwise op with ready inputs, as its one-op kernel where that measured
+        faster than the inner backend for its structure, else on the inner backend. Returns
+        (result, keep asking): False once this structure stays on the inner backend."""
+        given, op_attrs = prims, attrs
+        perm = _memory_order(prims, meta[0])
+        if perm is not None:
+            prims = _permuted(prims, perm, len(meta[0]))
+        # a float operand is a kernel argument bound per call (named as an attr: `_SCALAR_ARGS`);
+        # an int or bool one (a 0 to compare with, a 2 to multiply by) is part of the key
+        floats = ()
+        consts = ()
+        for i, p in enumerate(prims):
+            if type(p) is float:
+                floats += (i,)
+            elif type(p) is int or type(p) is bool:
+                consts += (i, p)
+            elif type(p) is not np.ndarray:         # a NumPy scalar (a reduction's result)
+                return _inner(op, given, op_attrs, meta, device), True
+        if floats:
+            attrs = {**attrs, **{_SCALAR_ARGS[i]: prims[i] for i in floats}}
+        k = self.key(op, prims, attrs, floats)
+        if k is not None and consts:
+            k = (k, consts)
+        state = self._ew.get(k) if k is not None else _INNER
+        if state is None:                       # first call: no trace for a one-off op
+            if len(self._ew) >= MAX_ENTRIES:
+                self._ew.clear()
+            exact = _exact(op, prims, op_attrs)
+            self._ew[k] = _SEEN if exact else _INNER
+            return _inner(op, given, op_attrs, meta, device), exact
+        if state is _SEEN:
+            r = self._entries.get(k, False)
+            if r is False:
+                per_call = [_SCALAR_ARGS[i] for i in floats]
+                r = self._trace(k, op, prims, attrs, meta, device, per_call,
+                                partial(_without, per_call), partial(_itself, op, floats))
+            state = self._ew[k] = _INNER if r is None else [0, 1 << 62, 1 << 62, r]
+        if state is _INNER:
+            return _inner(op, given, op_attrs, meta, device), False
+        if type(state) is list:                 # measuring: every other call on each side
+            n = state[0]
+            state[0] = n + 1
+            on_inner = not n & 1
+            t0 = time.perf_counter_ns()
+            out = _inner(op, given, op_attrs, meta, device) if on_inner else \
+                self._launch(state[3], op, prims, attrs)
+            t = time.perf_counter_ns() - t0
+            if t < state[2 - on_inner]:
+                state[2 - on_inner] = t
+            if n + 1 >= PROBE_CALLS:
+                self._ew[k] = state[3] if state[2] <= state[1] * REPLAY_GAIN else _INNER
+            if on_inner:
+                return out, True
+        else:
+            out = self._launch(state, op, prims, attrs)
+        if perm is not None:
+            out = out.transpose(_inverse(perm))
+        return out, True
+
+    @staticmethod
+    def _launch(r, op, prims, attrs):
+        """Launch ``r``'s kernel on the call's inputs and scalars; its outputs."""
         launch, ins_from, args_from, outs_from = r.direct
         res = launch([prims[i] for i in ins_from],
                      [attrs[a] if a is not None else c for a, c in args_from])
@@ -99,20 +196,25 @@ class Replays:
             return res[o].reshape(shape)
         return tuple([res[o].reshape(shape) for o, shape in outs_from])
 
+
     # -- tracing ------------------------------------------------------------------------------
-    def _trace(self, key, op, prims, attrs, meta, device):
+    def _trace(self, key, op, prims, attrs, meta, device, per_call=None, dk=None,
+               decompose=None):
         """Trace ``op``'s decomposition for ``key``: with the call's per-call attrs, then with
         other values of the same key. The second trace must have the first's structure and
         constants, so that no scalar computed from a per-call attr in Python, nor a branch on
         one that the key does not hold, is baked into the kernels."""
-        dk = op.decompose_key
-        per_call = [a for a, v in attrs.items() if dk is not None and type(v) is float]
+        if per_call is None:
+            dk = op.decompose_key
+            per_call = [a for a, v in attrs.items() if dk is not None and type(v) is float]
+        decompose = decompose or op.decompose
         other = _other_values(attrs, per_call, dk)
         r = None
         try:
-            r = self._record(op, prims, attrs, per_call, device, self._build)
+            r = self._record(decompose, op, prims, attrs, per_call, device, self._build)
             if per_call:
-                again = self._record(op, prims, other, per_call, device, self._scalars_of)
+                again = self._record(decompose, op, prims, other, per_call, device,
+                                     self._scalars_of)
                 if again != (r.key, r.scalar_from_attr):
                     raise _NotReplayable("the trace depends on a per-call attr's value")
         except _NotReplayable:
@@ -123,8 +225,8 @@ class Replays:
             self._entries[key] = r
         return r
 
-    def _record(self, op, prims, attrs, per_call, device, then):
-        """Record ``op.decompose`` on the tracer, in a stream of its own, with the
+    def _record(self, decompose, op, prims, attrs, per_call, device, then):
+        """Record ``decompose`` (``op``'s) on the tracer, in a stream of its own, with the
         ``per_call`` attrs as fresh objects (found by identity among the recorded scalars);
         returns ``then(stream, output nodes, prims, {attr: object})``."""
         from ... import dtype as dt
@@ -138,7 +240,7 @@ class Replays:
         try:
             ins = [wrap(p, tdev, tuple(p.shape), dt.from_numpy(p.dtype))
                    if hasattr(p, "shape") else p for p in prims]
-            out = op.decompose(*ins, **{**attrs, **fresh})
+            out = decompose(*ins, **{**attrs, **fresh})
             outs = (out,) if op.nout == 1 else tuple(out)
             nodes = []
             for t in outs:
@@ -266,3 +368,101 @@ def _direct(entry, r):
 
 class _NotReplayable(Exception):
     pass
+
+
+#: the names under which an elementwise op's float operands are passed as per-call attrs
+_SCALAR_ARGS = tuple(f"#{i}" for i in range(8))
+
+
+def _itself(op, floats, *ins, **attrs):
+    """An elementwise op's trace: the op itself on the tracer's tensors, its float operands
+    (positions ``floats``) taken from the attrs that carry them."""
+    from ...ops._api import run_op
+    ins = list(ins)
+    for i in floats:
+        ins[i] = attrs.pop(_SCALAR_ARGS[i])
+    return run_op(op, ins, **attrs)
+
+
+def _without(per_call, **attrs):
+    """The key of ``attrs`` without the per-call scalar operands."""
+    return tuple(sorted((a, v) for a, v in attrs.items() if a not in per_call))
+
+
+_EXACT: dict = {}       # op -> `_exact`
+
+
+def _exact(op, prims, attrs) -> bool:
+    """Whether ``op``'s kernel computes NumPy's result bit for bit: IEEE operations only, no
+    polynomial of the math library (within an ulp or two of NumPy's, not equal), so which
+    of the two ran never shows in a result."""
+    v = _EXACT.get(op)
+    if v is None:
+        try:
+            e = op.expr(*[ir.Load(i, dt.float32) for i in range(len(prims))], **attrs)
+            v = not any(isinstance(n, (ir.Fma, ir.Bitcast)) for n in nodes([e]))
+        except Exception:   # noqa: BLE001  (an expr that needs other operands: not probed)
+            v = False
+        _EXACT[op] = v
+    return v
+
+
+def _inner(op, prims, attrs, meta, device):
+    _OPS[EAGER] += 1
+    dev = device.inner
+    return dev._execute(op, prims, attrs, meta, dev)
+
+
+_ORDERS: dict = {}      # (strides, shape, itemsize) -> `_order_of`
+_INVERSES: dict = {}
+
+
+def _memory_order(prims, shape):
+    """The dims of the op's first full-shape input, outermost in memory first, where that
+    input is dense and not row-major (a channels-last conv output, a transpose); else None."""
+    if len(shape) < 2:
+        return None
+    for p in prims:
+        if getattr(p, "shape", None) == shape:
+            k = (p.strides, shape, p.itemsize)
+            try:
+                return _ORDERS[k]
+            except KeyError:
+                pass
+            if len(_ORDERS) >= 4096:
+                _ORDERS.clear()
+            perm = _ORDERS[k] = _order_of(shape, p.strides, p.itemsize)
+            return perm
+    return None
+
+
+def _order_of(shape, strides, itemsize):
+    perm = tuple(sorted(range(len(shape)), key=lambda d: -strides[d]))
+    if perm == tuple(range(len(shape))):
+        return None
+    step = itemsize
+    for d in reversed(perm):
+        if shape[d] != 1:
+            if strides[d] != step:
+                return None             # not dense: the kernel writes row-major
+            step *= shape[d]
+    _INVERSES[perm] = tuple(sorted(range(len(perm)), key=perm.__getitem__))
+    return perm
+
+
+def _inverse(perm):
+    return _INVERSES[perm]
+
+
+def _permuted(prims, perm, nd):
+    """The op's array inputs with their dims in ``perm``'s order (broadcast operands of fewer
+    dims first get leading 1s, as broadcasting reads them)."""
+    out = []
+    for p in prims:
+        n = getattr(p, "ndim", -1)
+        if n == nd:
+            p = p.transpose(perm)
+        elif n >= 0:
+            p = p.reshape((1,) * (nd - n) + p.shape).transpose(perm)
+        out.append(p)
+    return tuple(out)

@@ -11,6 +11,8 @@ results, and ember says so once. ``EMBER_FUSION_RUNTIME`` overrides the choice f
 """
 from __future__ import annotations
 
+import functools
+
 import os
 import threading
 import warnings
@@ -49,6 +51,19 @@ class InterpretRuntime:
 
     def source(self, program) -> str:
         return repr(program)
+
+
+def launcher_of(runtime, program):
+    """``run(inputs, args=()) -> outputs`` for ``program``: the runtime's launcher where it
+    has one (a caller whose inputs keep their layouts: checked once), else its launch."""
+    launcher = getattr(runtime, "launcher", None)
+    if launcher is not None:
+        return launcher(program)
+    return functools.partial(_launch, runtime.launch, program)
+
+
+def _launch(launch, program, inputs, args=()):
+    return launch(program, inputs, args)
 
 
 def _say_once(key, text):

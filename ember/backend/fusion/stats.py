@@ -31,9 +31,12 @@ class Counts:
 #: 1``; several threads running ops at once may lose a count): ``eager_ops``, ``inner_ops``
 #: and views of ready values (not reported); `REPLAY` marks, in the Fusion backend's
 #: per-op decisions, a small primitive run as its replayed decomposition (counted as
-#: ``inner_ops`` when it cannot be)
-EAGER, INNER, VIEW_OP, REPLAY = 1, 2, 3, 4
-OP_COUNTS = [0, 0, 0, 0, 0]
+#: ``inner_ops`` when it cannot be), and `PROBE` a small elementwise op that runs as its
+#: one-op kernel where that measured faster (``eager_ops`` when it runs on the inner backend),
+#: and `KERNEL` an op that runs as kernels Fusion builds for it (max pooling, cross-entropy:
+#: `pooling.py`, `cross_entropy.py`) where it can (``inner_ops`` where it cannot)
+EAGER, INNER, VIEW_OP, REPLAY, PROBE, KERNEL = 1, 2, 3, 4, 5, 6
+OP_COUNTS = [0, 0, 0, 0, 0, 0, 0]
 
 _lock = threading.Lock()
 _live = set()              # the Counts of running threads

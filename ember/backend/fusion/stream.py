@@ -13,7 +13,6 @@ deadlock.
 """
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import sys
@@ -29,6 +28,7 @@ from ...ops.registry import OPS
 from . import stats as S  # the module (the package re-exports stats() the function)
 from .lower import split_broadcast
 from .planner import RED, PNode, Planner, _KernelStep, scalar_tag, strict_mode
+from .runtime import launcher_of
 from ...kernel.buffer_pool import default_pool
 
 # a kernel output in pooled memory: reusable in place when no other view reaches its block
@@ -378,16 +378,14 @@ def _new_entry(sub, targets, backend, raw_vals) -> _Entry:
     e.copies = tuple(k for k, v in enumerate(raw_vals)
                      if any(x % v.itemsize for x in v.strides))
     runtime = backend.runtime
-    launcher = getattr(runtime, "launcher", None)
     steps = []
     for s in plan.steps:
         if type(s) is _KernelStep:
             idx = tuple(E + r if type(r) is not tuple else r[1] for r in s.in_refs)
             code = 1 if len(s.programs) == 2 else (2 if s.reuse else 0)
             # a launcher per program: the key pins the inputs' layouts, so the runtime
-            # checks them once (runtimes without one launch as usual)
-            runs = tuple(launcher(p) if launcher is not None else
-                         functools.partial(runtime.launch, p) for p in s.programs)
+            # checks them once
+            runs = tuple(launcher_of(runtime, p) for p in s.programs)
             steps.append((code, runs, idx, s.arg_refs,
                           tuple((E + p, shape) for p, shape in s.outs), s))
         else:
