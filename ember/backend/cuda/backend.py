@@ -39,10 +39,12 @@ _DL_CUDA = (2, 13)          # DLPack device types: CUDA, CUDA managed
 class Cuda(Backend):
     name = "cuda"
     kind = "cuda"
-    #: ops with a decomposition that this backend runs as one kernel of its own (layer norm:
-    #: `norm.py`, one read and one write, where Fusion's decomposition takes two kernels):
-    #: Fusion(Cuda) runs them here instead of decomposing them
-    fused_ops = frozenset({"layer_norm"})
+    #: ops with a decomposition that this backend runs as one kernel of its own: Fusion(Cuda)
+    #: runs them here instead of decomposing them. Layer norm (`norm.py`): one read and one
+    #: write, where Fusion's decomposition takes two kernels. adam_update (`ops.py`, launched
+    #: directly): the same one kernel per parameter as the fused decomposition, without
+    #: recording its ~15 ops (~600 of the ~1300 ops a GPT step recorded, bench/gpu.py row 9)
+    fused_ops = frozenset({"layer_norm", "adam_update"})
 
     def __init__(self):
         cp, why = _cupy.load()
