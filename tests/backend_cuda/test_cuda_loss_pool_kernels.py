@@ -28,6 +28,10 @@ gpu = pytest.mark.skipif(not em.cuda.is_available(),
 
 CE_OPS = ("cross_entropy_rows", "cross_entropy_rows_backward")
 POOL_OPS = ("max_pool1d", "max_pool2d", "max_pool1d_with_indices", "max_pool2d_with_indices")
+#: (their kernels: tests/backend_cuda/test_conv_kernels.py)
+POOL_BWD_AND_CONV_OPS = ("max_pool1d_backward", "max_pool2d_backward") + tuple(
+    f"{k}{nd}d{s}" for nd in (1, 2) for k, s in
+    (("conv", ""), ("conv", "_weight_backward"), ("conv_transpose", "")))
 FLOATS = ("f64", "f32", "f16", "bf16")
 #: relative tolerance (of 1 + |reference|) against the f64 reference, per input dtype
 TOL = {"f64": 1e-12, "f32": 2e-5, "f16": 3e-3, "bf16": 2e-2}
@@ -35,11 +39,13 @@ TOL = {"f64": 1e-12, "f32": 2e-5, "f16": 3e-3, "bf16": 2e-2}
 
 # -- without a GPU ------------------------------------------------------------------------
 @pytest.mark.parametrize("std", ["--std=c++14", "--std=c++17"])   # (CuPy's default: c++14)
-@pytest.mark.parametrize("which", ["ce", "max_pool"])
+@pytest.mark.parametrize("which", ["ce", "max_pool", "conv"])
 def test_kernel_sources_compile(tmp_path, which, std):
+    from ember.backend.cuda import conv
     compiler = nvrtc_or_skip(tmp_path)
-    src, names = ((cuda_ops.CE_SOURCE, cuda_ops.ce_kernel_names()) if which == "ce" else
-                  (cuda_ops.MAX_POOL_SOURCE, cuda_ops.max_pool_kernel_names()))
+    src, names = {"ce": (cuda_ops.CE_SOURCE, cuda_ops.ce_kernel_names()),
+                  "max_pool": (cuda_ops.MAX_POOL_SOURCE, cuda_ops.max_pool_kernel_names()),
+                  "conv": (conv.COL_SOURCE, conv.col_kernel_names())}[which]
     c = compiler.build(src, default_arch(), options=(std,))
     assert c.binary, "empty binary"
     missing = [n for n in names if n.encode() not in c.binary]
@@ -49,7 +55,7 @@ def test_kernel_sources_compile(tmp_path, which, std):
 def test_entries_match_the_registry_ops():
     """Each new CUDA_IMPLS entry names a registry op and takes its attributes (the builders
     compile nothing until a call, so they build without CuPy)."""
-    for name in CE_OPS + POOL_OPS:
+    for name in CE_OPS + POOL_OPS + POOL_BWD_AND_CONV_OPS:
         op = OPS[name]
         assert cuda_ops.how(op) == "impl"
         fn = cuda_ops.CUDA_IMPLS[name](None, None)
@@ -64,7 +70,7 @@ def test_kernel_names_cover_the_dtypes():
     assert set(cuda_ops.KERNEL_DTYPES) == {np.dtype(np.float16), np.dtype(np.float32),
                                            np.dtype(np.float64)}
     assert len(set(cuda_ops.ce_kernel_names())) == 24
-    assert len(set(cuda_ops.max_pool_kernel_names())) == 6
+    assert len(set(cuda_ops.max_pool_kernel_names())) == 9
 
 
 # -- helpers ------------------------------------------------------------------------------

@@ -557,6 +557,45 @@ __device__ __forceinline__ void ember_max_pool2d(
 EMBER_POOL(f16, unsigned short)
 EMBER_POOL(f32, float)
 EMBER_POOL(f64, double)
+
+// The input gradient of max pooling with disjoint windows: each output gradient g[n, c, oh,
+// ow] (any strides) stored at its window's argmax idx (a flat position in the input plane
+// of `plane` values; positions outside it are skipped) of `out`, which the host zeroed:
+// [N, C, plane] memory, or [N, plane, C] when `cl` (channels innermost, as the indices of a
+// channels-last input are). Disjoint windows never share a position: plain stores.
+template <typename T>
+__device__ __forceinline__ void ember_max_pool_scatter(
+    const T* __restrict__ g, const ember_i64* __restrict__ idx, T* __restrict__ out,
+    ember_i64 total, ember_i64 C, ember_i64 OH, ember_i64 OW, ember_i64 plane,
+    ember_i64 gn, ember_i64 gc, ember_i64 gh, ember_i64 gw, ember_i64 in_, ember_i64 ic,
+    ember_i64 ih, ember_i64 iw, int cl) {
+  const ember_i64 step = (ember_i64)gridDim.x * blockDim.x;
+  for (ember_i64 e = (ember_i64)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+       e += step) {
+    const ember_i64 ow = e % OW, t = e / OW;
+    const ember_i64 oh = t % OH, u = t / OH;
+    const ember_i64 c = u % C, n = u / C;
+    const ember_i64 p = idx[n * in_ + c * ic + oh * ih + ow * iw];
+    if (p < 0 || p >= plane) continue;
+    out[cl ? (n * plane + p) * C + c : (n * C + c) * plane + p] =
+        g[n * gn + c * gc + oh * gh + ow * gw];
+  }
+}
+
+#define EMBER_POOL_BWD(TN, T)                                                             \
+  extern "C" __global__ void __launch_bounds__(256)                                       \
+  ember_max_pool_scatter_##TN(                                                            \
+      const T* g, const ember_i64* idx, T* out, ember_i64 total, ember_i64 C,            \
+      ember_i64 OH, ember_i64 OW, ember_i64 plane, ember_i64 gn, ember_i64 gc,            \
+      ember_i64 gh, ember_i64 gw, ember_i64 in_, ember_i64 ic, ember_i64 ih,              \
+      ember_i64 iw, int cl) {                                                             \
+    ember_max_pool_scatter<T>(g, idx, out, total, C, OH, OW, plane, gn, gc, gh, gw, in_,  \
+                              ic, ih, iw, cl);                                            \
+  }
+
+EMBER_POOL_BWD(f16, unsigned short)
+EMBER_POOL_BWD(f32, float)
+EMBER_POOL_BWD(f64, double)
 """
 
 #: the kernels' names for each storage dtype (bf16 is computed as f32: see above)
@@ -575,7 +614,8 @@ def ce_kernel_names():
 def max_pool_kernel_names():
     """Every entry point of `MAX_POOL_SOURCE`."""
     return [f"ember_max_pool2d_{v}{t}" for t in KERNEL_DTYPES.values()
-            for v in ("", "values_")]
+            for v in ("", "values_")] + \
+        [f"ember_max_pool_scatter_{t}" for t in KERNEL_DTYPES.values()]
 
 
 class _Kernels:
@@ -814,6 +854,54 @@ def _max_pool_impl(nd, with_indices):
     return build
 
 
+def _max_pool_backward_impl(cp, xp):
+    """``max_pool{1,2}d_backward`` with disjoint windows (a pooling whose stride covers its
+    window, LeNet's 2x2 say): the gradient zeroed (``cudaMemsetAsync``) and one scatter
+    kernel, where the reference takes about ten CuPy calls; overlapping windows (a sum per
+    position) run the reference."""
+    from ...ops import nn as N
+    kernels = _Kernels(cp, MAX_POOL_SOURCE)
+    i64 = np.dtype(np.int64)
+
+    def max_pool_backward(g, indices, *, input_size, disjoint=False):
+        kd = KERNEL_DTYPES.get(g.dtype)
+        nd = g.ndim - 2
+        if kd is None or not disjoint or nd not in (1, 2):
+            return N._max_pool_backward_np(g, indices, input_size, disjoint, xp=xp)
+        n, c = g.shape[:2]
+        plane = 1
+        for s_ in input_size:
+            plane *= s_
+        # the reference's layout: channels innermost when the indices' are
+        cl = c > 1 and indices.ndim > 2 and indices.strides[1] == indices.itemsize
+        shape = (n,) + tuple(input_size) + (c,) if cl else (n, c) + tuple(input_size)
+        out = cp.ndarray(shape, g.dtype)
+        if out.size:
+            cp.cuda.runtime.memsetAsync(out.data.ptr, 0, out.nbytes,
+                                        cp.cuda.get_current_stream().ptr)
+        total = g.size
+        if total:
+            if indices.dtype != i64:
+                indices = indices.astype(i64)
+            sg, si = _elem_strides(g), _elem_strides(indices)
+            if sg is None:
+                g = cp.ascontiguousarray(g)
+                sg = _elem_strides(g)
+            if si is None:
+                indices = cp.ascontiguousarray(indices)
+                si = _elem_strides(indices)
+            if nd == 1:
+                sg, si = (sg[0], sg[1], 0, sg[2]), (si[0], si[1], 0, si[2])
+            oh, ow = (1,) + g.shape[2:] if nd == 1 else g.shape[2:]
+            kernels.launch(f"ember_max_pool_scatter_{kd}", min(-(-total // 256), _GRID_CAP),
+                           256, (g, indices, out), (total, c, oh, ow, plane, *sg, *si),
+                           (int(cl),))
+        if cl:
+            return out.transpose((0, nd + 1) + tuple(range(1, nd + 1)))
+        return out
+    return max_pool_backward
+
+
 def direct_path(name, cp):
     """``run(prims, attrs, meta, scope, device)`` of an op the Cuda backend may launch
     without switching streams (its outputs, or None: the op's implementation runs), or
@@ -831,6 +919,15 @@ def _layer_norm_impl(cp, xp):
     return layer_norm_impl(cp, xp)
 
 
+def _conv_builder(kind, nd):
+    """A builder from ember/backend/cuda/conv.py (imported on first use: it imports this
+    module)."""
+    def build(cp, xp):
+        from . import conv
+        return getattr(conv, f"{kind}_impl")(nd)(cp, xp)
+    return build
+
+
 #: op name -> builder(cupy, xp) -> fn(*arrays, **attrs)
 CUDA_IMPLS = {
     "erf": _erf_impl,
@@ -843,6 +940,14 @@ CUDA_IMPLS = {
     "max_pool1d_with_indices": _max_pool_impl(1, True),
     "max_pool2d_with_indices": _max_pool_impl(2, True),
     "layer_norm": _layer_norm_impl,
+    "max_pool1d_backward": _max_pool_backward_impl,
+    "max_pool2d_backward": _max_pool_backward_impl,
+    "conv1d": _conv_builder("conv", 1),
+    "conv2d": _conv_builder("conv", 2),
+    "conv1d_weight_backward": _conv_builder("conv_weight_backward", 1),
+    "conv2d_weight_backward": _conv_builder("conv_weight_backward", 2),
+    "conv_transpose1d": _conv_builder("conv_transpose", 1),
+    "conv_transpose2d": _conv_builder("conv_transpose", 2),
 }
 
 
