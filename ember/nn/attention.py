@@ -16,6 +16,8 @@ from typing import Any, NamedTuple
 
 import ember as em
 from ember.errors import ConfigError, ShapeError
+from ember.ops.attention import ATTENTION
+from ember.tensor.dispatch import apply
 
 from ._util import lowest, make_config, positive_int, probability
 from .dropout import Dropout, dropout
@@ -28,7 +30,11 @@ __all__ = ["MultiHeadAttention", "MultiHeadAttentionConfig", "MhaOutput", "MhaCa
 
 class MhaOutput(NamedTuple):
     """``context`` ``[batch, seq_q, d_model]`` and the attention ``weights``
-    ``[batch, n_heads, seq_q, seq_k]`` (before dropout: each row sums to 1)."""
+    ``[batch, n_heads, seq_q, seq_k]`` (before dropout: each row sums to 1). Without
+    ``mask_pad``, ``mask_attn``, ``quiet_softmax`` or active dropout, both come from the
+    ``attention`` primitive, and then only ``context`` is differentiable: a loss on the
+    ``weights`` gets no gradient through them (pass a ``mask_attn`` of all False to have
+    the composite, whose weights are differentiable)."""
     context: Any
     weights: Any
 
@@ -109,6 +115,17 @@ def _causal_any(lq, lk, offset, device):
     return j > i
 
 
+def _fits_primitive(q, k, v) -> bool:
+    """Whether ``q``, ``k``, ``v`` are what the ``attention`` primitive takes (one float
+    dtype, >= 2 dims, the same leading dims): then it computes what the composite does, as
+    one op each way (ember/ops/attention.py); else the composite runs."""
+    d = q._dtype
+    return d.kind == "float" and k._dtype is d and v._dtype is d and \
+        len(q._shape) >= 2 and q._shape[:-2] == k._shape[:-2] == v._shape[:-2] and \
+        len(k._shape) == len(q._shape) == len(v._shape) and q._shape[-1] == k._shape[-1] and \
+        k._shape[-2] == v._shape[-2]
+
+
 def quiet_softmax(x, dim: int = -1):
     """Softmax with an extra zero logit (``exp(x) / (1 + sum(exp(x)))``): a head may attend
     to nothing."""
@@ -126,6 +143,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     defaults to ``1/sqrt(E)``; dropout on the weights when ``training``."""
     e = query.shape[-1]
     scale = 1.0 / math.sqrt(e) if scale is None else float(scale)
+    if attn_mask is None and not (training and dropout_p > 0) and \
+            _fits_primitive(query, key, value):
+        return apply(ATTENTION, (query, key, value),
+                     {"scale": scale, "causal": bool(is_causal), "offset": 0})[0]
     scores = (query @ key.transpose()) * scale
     fill = lowest(scores.dtype)
     lq, lk = scores.shape[-2], scores.shape[-1]
@@ -179,10 +200,22 @@ class MultiHeadAttention(em.Module):
         return linear(x).reshape(b, n, self.n_heads, self.d_k).swap_dims(1, 2)
 
     def _attend(self, q, k, v, mask_pad, mask_attn, causal, offset):
-        scores = (q @ k.transpose()) * (1.0 / math.sqrt(self.d_k))
-        scores = _apply_masks(scores, mask_pad, mask_attn, causal, offset)
-        weights = quiet_softmax(scores, -1) if self.quiet_softmax else em.softmax(scores, -1)
-        ctx = self.dropout(weights) @ v
+        scale = 1.0 / math.sqrt(self.d_k)
+        drop = self.dropout
+        if mask_pad is None and mask_attn is None and not self.quiet_softmax and \
+                not (drop.training and drop.prob > 0.0) and _fits_primitive(q, k, v):
+            # the common case (no masks but the causal one, no dropout on the weights): the
+            # `attention` primitive, one op forward and one derivative rule backward where
+            # the composite below takes about a dozen each way; the same results. Its
+            # weights carry no gradient of their own (only the context is differentiable)
+            ctx, weights = apply(ATTENTION, (q, k, v), {"scale": scale, "causal": bool(causal),
+                                                        "offset": int(offset)})
+        else:
+            scores = _apply_masks((q @ k.transpose()) * scale, mask_pad, mask_attn, causal,
+                                  offset)
+            weights = quiet_softmax(scores, -1) if self.quiet_softmax else \
+                em.softmax(scores, -1)
+            ctx = drop(weights) @ v
         b, _, lq, _ = ctx.shape
         ctx = ctx.swap_dims(1, 2).reshape(b, lq, self.d_model)
         return MhaOutput(self.output(ctx), weights)

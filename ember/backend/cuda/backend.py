@@ -43,8 +43,9 @@ class Cuda(Backend):
     #: runs them here instead of decomposing them. Layer norm (`norm.py`): one read and one
     #: write, where Fusion's decomposition takes two kernels. adam_update (`ops.py`, launched
     #: directly): the same one kernel per parameter as the fused decomposition, without
-    #: recording its ~15 ops (~600 of the ~1300 ops a GPT step recorded, bench/gpu.py row 9)
-    fused_ops = frozenset({"layer_norm", "adam_update"})
+    #: recording its ~15 ops (~600 of the ~1300 ops a GPT step recorded, bench/gpu.py row 9).
+    #: attention (`attention.py`): two cuBLAS products around one softmax kernel
+    fused_ops = frozenset({"layer_norm", "adam_update", "attention"})
 
     def __init__(self):
         cp, why = _cupy.load()

@@ -1,0 +1,148 @@
+"""Scaled dot-product attention as one primitive.
+
+``attention(q, k, v, scale, causal, offset)`` over ``q [..., Lq, D]``, ``k [..., Lk, D]``,
+``v [..., Lk, Dv]`` (the same leading dims, one float dtype) gives ``(out [..., Lq, Dv],
+weights [..., Lq, Lk])``: ``weights = softmax(q @ k^T * scale)`` along the keys, with, when
+``causal``, key ``j`` hidden from query ``i`` where ``j > i + offset`` (its score takes the
+compute dtype's lowest finite value before the softmax, so a query that sees no key gets
+uniform weights, not NaN), and ``out = weights @ v``. The composite that
+`ember.nn.MultiHeadAttention` spelled as about a dozen ops forward (two matmuls, the scale,
+the causal mask built by creation ops, mask_fill, softmax) and as many backward is one op
+each way -- on a host-bound training step each op costs more in dispatch than in arithmetic.
+
+f16/bf16 are computed in f32 and rounded once (both outputs), f64 in f64. Only ``out`` is
+differentiable (the registry's rule for several outputs): the derivative is written from
+the weights with Tensor ops -- ``dV = P^T dO``, ``dP = dO V^T``, ``dS = softmax_backward(dP,
+P) * scale``, ``dQ = dS K``, ``dK = dS^T Q`` -- so the backward pass fuses like any other
+(a hidden score has ``P = 0``, hence ``dS = 0``; rows that see no key, ``offset < 0`` only,
+are masked explicitly as the composite's mask_fill did). ``decompose`` is the composite,
+which Fusion records and fuses for large tensors unless the backend below runs the op as
+kernels of its own (``Backend.fused_ops``: the Cuda backend, ember/backend/cuda/attention.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import DTypeError, ShapeError
+from ._api import api, run_op
+from .nn import SOFTMAX_BACKWARD, _ct, _quiet_sm, _sm_down, _sm_up, _softmax_numpy
+from .registry import declare
+from .rules import require_kind
+
+_OP = "attention"
+
+
+def lowest(ct) -> float:
+    """The lowest finite value of the NumPy compute dtype ``ct`` (f32 or f64): a hidden
+    key's score."""
+    return float(np.finfo(ct).min)
+
+
+def _check_attrs(scale, causal, offset):
+    if not isinstance(scale, float):
+        raise DTypeError(f"{_OP}: scale must be a float, got {type(scale).__name__} "
+                         f"{scale!r}")
+    if not isinstance(causal, bool):
+        raise DTypeError(f"{_OP}: causal must be a bool, got {type(causal).__name__} "
+                         f"{causal!r}")
+    if not isinstance(offset, int) or isinstance(offset, bool):
+        raise DTypeError(f"{_OP}: offset must be an int (query i sees keys j <= i + offset), "
+                         f"got {type(offset).__name__} {offset!r}")
+
+
+def _infer(q, k, v, scale, causal, offset):
+    _check_attrs(scale, causal, offset)
+    metas = []
+    for t, what in ((q, "query"), (k, "key"), (v, "value")):
+        try:
+            metas.append((t._shape, t._dtype))
+        except AttributeError:
+            raise DTypeError(f"{_OP}: expects a Tensor as the {what}, got "
+                             f"{type(t).__name__}") from None
+        if t._dtype.kind != "float":
+            require_kind(_OP, t._dtype, "float", f"the {what}")
+    (sq, dq), (sk, dk), (sv, dv) = metas
+    if not dq is dk is dv:
+        raise DTypeError(f"{_OP}: query {dq.short}, key {dk.short} and value {dv.short} must "
+                         f"have one float dtype; cast them first")
+    if not (len(sq) == len(sk) == len(sv) >= 2) or not sq[:-2] == sk[:-2] == sv[:-2]:
+        raise ShapeError(f"{_OP}: query {sq}, key {sk} and value {sv} must be [..., Lq, D], "
+                         f"[..., Lk, D] and [..., Lk, Dv] with the same leading dims (at "
+                         f"least 2 dims each; no broadcasting)")
+    if sq[-1] != sk[-1] or sk[-2] != sv[-2]:
+        raise ShapeError(f"{_OP}: query {sq} and key {sk} must share the last dim D, and key "
+                         f"and value {sv} the key count Lk (dim -2)")
+    lead = sq[:-2]
+    return [(lead + (sq[-2], sv[-1]), dq), (lead + (sq[-2], sk[-2]), dq)]
+
+
+def causal_mask(lq, lk, offset, xp=np):
+    """``[lq, lk]`` bool, True where key ``j`` is hidden from query ``i`` (``j > i +
+    offset``)."""
+    return xp.arange(lk).reshape(1, lk) > (xp.arange(lq) + offset).reshape(lq, 1)
+
+
+@_quiet_sm
+def _numpy(q, k, v, *, scale, causal, offset, xp=np):
+    src = q.dtype
+    ct = _ct(q)
+    qc, kc, vc = (a.astype(ct, copy=False) for a in (q, k, v))
+    s = xp.matmul(qc, xp.swapaxes(kc, -1, -2))
+    xp.multiply(s, ct(scale), out=s)
+    if causal:
+        s = xp.where(causal_mask(s.shape[-2], s.shape[-1], offset, xp), ct(lowest(ct)), s)
+    p = _softmax_numpy(s, dim=s.ndim - 1, xp=xp)
+    out = xp.matmul(p, vc)
+    return out.astype(src, copy=False), p.astype(src, copy=False)
+
+
+def _hidden(lq, lk, offset, device):
+    """`causal_mask` as an ember bool Tensor on ``device`` (made by creation ops, as the
+    composite did)."""
+    j = api.arange(lk, device=device).reshape(1, lk)
+    i = (api.arange(lq, device=device) + offset).reshape(lq, 1)
+    return j > i
+
+
+def _decompose(q, k, v, *, scale, causal, offset):
+    """The composite MultiHeadAttention computed (in f32 for f16/bf16)."""
+    src = q._dtype
+    qf, kf, vf = _sm_up(q), _sm_up(k), _sm_up(v)
+    s = (qf @ kf.swap_dims(-1, -2)) * scale
+    if causal:
+        lq, lk = s._shape[-2], s._shape[-1]
+        s = s.mask_fill(_hidden(lq, lk, offset, s.device), lowest(s._dtype.np))
+    p = api.softmax(s, -1)
+    return _sm_down(p @ vf, src), _sm_down(p, src)
+
+
+def _vjp(g, inputs, out, scale, causal, offset, needs):
+    q, k, v = inputs
+    src = q._dtype
+    p = _sm_up(out[1])
+    gf = _sm_up(g)
+    dq = dk = dv = None
+    if needs[2]:
+        dv = _sm_down(p.swap_dims(-1, -2) @ gf, src)
+    if needs[0] or needs[1]:
+        dp = gf @ _sm_up(v).swap_dims(-1, -2)
+        ds = run_op(SOFTMAX_BACKWARD, (dp, p), dim=len(p._shape) - 1) * scale
+        lq, lk = p._shape[-2], p._shape[-1]
+        if causal and offset < 0 and lq and lk:
+            # queries i < -offset see no key: uniform weights that no score moves
+            ds = ds.mask_fill(_hidden(lq, lk, offset, ds.device), 0.0)
+        if needs[0]:
+            dq = _sm_down(ds @ _sm_up(k), src)
+        if needs[1]:
+            dk = _sm_down(ds.swap_dims(-1, -2) @ _sm_up(q), src)
+    return (dq, dk, dv)
+
+
+ATTENTION = declare(
+    "attention", "other", nin=3, attrs=("scale", "causal", "offset"), infer=_infer,
+    numpy=_numpy, vjp=_vjp, vjp_needs=True, nout=2, decompose=_decompose,
+    doc="(softmax(q @ k^T * scale, causal: keys j > i + offset hidden) @ v, the weights) "
+        "over [..., Lq, D], [..., Lk, D], [..., Lk, Dv] (f16/bf16 computed in f32); only "
+        "the first output is differentiable")
+
+__all__ = ["ATTENTION", "causal_mask", "lowest"]

@@ -1,0 +1,66 @@
+"""Conformance cases of the ``attention`` primitive (ember/ops/attention.py) -- ``(softmax(q @
+k^T * scale, causal mask) @ v, the weights)`` -- run directly and through
+``nn.functional.scaled_dot_product_attention``, against float64 references written here
+(einsum, an explicit causal mask, a softmax by hand). Gradient checks (finite differences of
+the reference's first output) cover q, k and v, including queries that see no key."""
+from __future__ import annotations
+
+import numpy as np
+
+from ember import nn
+from tests.conformance.harness import Case
+from tests.conformance.specs_nn import P
+
+
+def ref_attention(q, k, v, scale, causal=False, offset=0):
+    """``(out, weights)`` in float64; hidden keys (``j > i + offset``) get weight 0, and a
+    query that sees no key spreads its weight evenly."""
+    s = np.einsum("...id,...jd->...ij", q, k) * scale
+    lq, lk = s.shape[-2:]
+    if causal:
+        visible = np.arange(lk)[None, :] <= np.arange(lq)[:, None] + offset
+        none = ~visible.any(-1, keepdims=True)
+        s = np.where(none, 0.0, np.where(visible, s, -np.inf))
+    if lk == 0:
+        p = s
+    else:
+        e = np.exp(s - s.max(-1, keepdims=True))
+        p = e / e.sum(-1, keepdims=True)
+    return np.einsum("...ij,...jd->...id", p, v), p
+
+
+def _att(scale, causal=False, offset=0):
+    return (lambda q, k, v: P("attention", q, k, v, scale=scale, causal=causal,
+                              offset=offset),
+            lambda q, k, v: ref_attention(q, k, v, scale, causal, offset))
+
+
+def _case(name, scale, causal, offset, shapes, **kw):
+    fn, ref = _att(scale, causal, offset)
+    return Case(name, "attention", fn, ref, shapes, **kw)
+
+
+# (q, k, v) shapes: [B, H, Lq, D], [B, H, Lk, D], [B, H, Lk, Dv]
+SQUARE = ((2, 2, 5, 4), (2, 2, 5, 4), (2, 2, 5, 3))
+WIDE = ((2, 3, 3, 5), (2, 3, 6, 5), (2, 3, 6, 2))
+
+CASES = [
+    _case("attention_prim", 0.45, False, 0,
+          [WIDE, ((3, 4, 5), (3, 6, 5), (3, 6, 2)), ((4, 3), (1, 3), (1, 5)),
+           ((2, 0, 3), (2, 4, 3), (2, 4, 2)), ((2, 3, 3), (2, 0, 3), (2, 0, 2))]),
+    _case("attention_prim_causal", 0.5, True, 0,
+          [SQUARE, ((1, 7, 3), (1, 7, 3), (1, 7, 4))]),
+    # the queries are the last positions (MultiHeadAttention's offset Lk - Lq)
+    _case("attention_prim_causal_offset", 0.35, True, 3, [WIDE, ((4, 2), (6, 2), (6, 3))]),
+    # queries 0 and 1 see no key: uniform weights, no gradient through the scores
+    _case("attention_prim_causal_hidden_rows", 0.6, True, -2,
+          [((2, 4, 3), (2, 5, 3), (2, 5, 2)), ((1, 2, 2), (1, 2, 2), (1, 2, 2))]),
+    Case("attention_sdpa_causal", "attention",
+         lambda q, k, v: nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+         lambda q, k, v: ref_attention(q, k, v, 1 / np.sqrt(q.shape[-1]), True, 0)[0],
+         [SQUARE, ((3, 4), (6, 4), (6, 2))]),
+    Case("attention_sdpa_scale", "attention",
+         lambda q, k, v: nn.functional.scaled_dot_product_attention(q, k, v, scale=0.3,
+                                                                    training=False),
+         lambda q, k, v: ref_attention(q, k, v, 0.3)[0], [WIDE]),
+]
