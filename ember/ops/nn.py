@@ -1458,14 +1458,18 @@ def _ln_parts(wb, has_weight, has_bias):
     return (wb[0] if has_weight else None), (wb[-1] if has_bias else None)
 
 
-def _ln_infer(x, *wb, ndim, eps, has_weight, has_bias):
-    op = "layer_norm"
-    shape, d = _float_tensor(op, x)
+def _ln_check_attrs(op, shape, ndim, eps):
     if not isinstance(ndim, int) or isinstance(ndim, bool) or not 1 <= ndim <= len(shape):
         raise ShapeError(f"{op}: ndim {ndim!r} must be the number of trailing dims of input "
                          f"{shape} normalized (1..{len(shape)})")
     if not isinstance(eps, float):
         raise DTypeError(f"{op}: eps must be a float, got {type(eps).__name__} {eps!r}")
+
+
+def _ln_infer(x, *wb, ndim, eps, has_weight, has_bias):
+    op = "layer_norm"
+    shape, d = _float_tensor(op, x)
+    _ln_check_attrs(op, shape, ndim, eps)
     want = int(bool(has_weight)) + int(bool(has_bias))
     if len(wb) != want:
         raise ShapeError(f"{op}: has_weight={has_weight}, has_bias={has_bias} ask for {want} "
@@ -1536,34 +1540,31 @@ def _layer_norm_decompose(x, *wb, ndim, eps, has_weight, has_bias):
 
 
 def _layer_norm_vjp(g, inputs, out, ndim, eps, has_weight, has_bias, needs):
-    """The standard layer-norm backward, with ``xhat = (x - mean) * rstd`` recomputed:
-    ``dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))`` with ``gw = g * weight``,
-    ``dweight = sum(g * xhat)``, ``dbias = sum(g)`` over the leading dims."""
+    """One ``layer_norm_backward`` op (below) for the gradients asked for: dbias alone is
+    ``sum(g)`` over the leading dims; otherwise the primitive gives dx (and dweight, dbias
+    where the flags ask: dweight whenever there is a weight, since dx reads it)."""
     x = inputs[0]
     w, b = _ln_parts(inputs[1:], has_weight, has_bias)
-    gf = _sm_up(g)
-    xc, rstd, dims = _ln_centered(_sm_up(x), ndim, eps)
-    lead = tuple(range(len(x._shape) - ndim))
-    xhat = xc * rstd
-    dx = dw = db = None
-    if needs[0]:
-        gw = gf * w.cast(gf._dtype) if w is not None else gf
-        dx = _sm_down(rstd * (gw - gw.mean(dims, keepdim=True)
-                              - xhat * (gw * xhat).mean(dims, keepdim=True)), x._dtype)
-    i = 1
-    if w is not None:
-        if needs[i]:
-            t = gf * xhat
-            dw = _sm_down(t.sum(lead) if lead else t, w._dtype)
-        i += 1
-    if b is not None and needs[i]:
+    need_w = w is not None and needs[1]
+    need_b = b is not None and needs[-1]
+    tail = ((None,) if w is not None else ()) + ((None,) if b is not None else ())
+    if not (needs[0] or need_w):
+        if not need_b:
+            return (None,) + tail
+        lead = tuple(range(len(x._shape) - ndim))
+        gf = _sm_up(g)
         db = _sm_down(gf.sum(lead) if lead else gf, b._dtype)
-    out = (dx,)
+        return (None,) + ((None,) if w is not None else ()) + (db,)
+    if g._dtype is not x._dtype:
+        g = g.cast(x._dtype)
+    res = _run(LAYER_NORM_BACKWARD, (g, x) if w is None else (g, x, w), ndim=ndim, eps=eps,
+               has_weight=w is not None, has_bias=need_b)
+    grads = (res[0] if needs[0] else None,)
     if w is not None:
-        out += (dw,)
+        grads += (res[1] if need_w else None,)
     if b is not None:
-        out += (db,)
-    return out
+        grads += (_sm_down(res[-1], b._dtype) if need_b else None,)
+    return grads
 
 
 LAYER_NORM = declare(
@@ -1573,3 +1574,161 @@ LAYER_NORM = declare(
     doc="(x - mean) / sqrt(biased var + eps) over the last ndim dims, then * weight + bias "
         "(each optional: tensor inputs after x as has_weight / has_bias say; f16/bf16 "
         "computed in f32)")
+
+
+# ``layer_norm_backward(g, x, [weight], ndim, eps, has_weight, has_bias)``: layer_norm's
+# gradients as one op (its derivative was ~20 Tensor ops, each a Python call through the
+# backend stack). With ``xhat = (x - mean) * rstd`` recomputed from x (the forward's steps)
+# and ``gw = g * weight`` (``g`` without a weight), per row over the normalized dims:
+# ``dx = rstd * ((gw - mean(gw)) - xhat * mean(gw * xhat))``; over the leading dims
+# ``dweight = sum(g * xhat)`` (present when has_weight) and ``dbias = sum(g)`` (when
+# has_bias). The bias itself is no input: dbias is given in the compute dtype (f32 for
+# f16/bf16) and rounded to the bias's dtype by the caller; dx has x's dtype, dweight the
+# weight's. f16/bf16 computed in f32, f64 in f64. ``decompose`` is the composite the
+# derivative was, so Fusion fuses it as before where the backend has no kernel of its own
+# (``Backend.fused_ops``: the Cuda backend, `ember/backend/cuda/norm_backward.py`).
+def _lnb_infer(g, x, *w, ndim, eps, has_weight, has_bias):
+    op = "layer_norm_backward"
+    for v, what in ((g, "the gradient"), (x, "the input x")):
+        if not hasattr(v, "_shape"):
+            raise DTypeError(f"{op}: expects a Tensor as {what}, got {type(v).__name__}")
+        if v._dtype.kind != "float":
+            require_kind(op, v._dtype, "float", what)
+    shape, d = x._shape, x._dtype
+    if g._shape != shape:
+        raise ShapeError(f"{op}: the gradient {g._shape} and the input x {shape} must have "
+                         f"one shape")
+    same_dtype(op, g._dtype, d)
+    _ln_check_attrs(op, shape, ndim, eps)
+    if len(w) != int(bool(has_weight)):
+        raise ShapeError(f"{op}: has_weight={has_weight} asks for {int(bool(has_weight))} "
+                         f"tensor input{'' if has_weight else 's'} after g and x (the weight; "
+                         f"the bias is no input), got {len(w)}")
+    ns = shape[len(shape) - ndim:]
+    metas = [(shape, d)]
+    if has_weight:
+        wt = w[0]
+        if not hasattr(wt, "_shape"):
+            raise DTypeError(f"{op}: expects a Tensor as weight, got {type(wt).__name__}")
+        if wt._dtype.kind != "float":
+            require_kind(op, wt._dtype, "float", "weight")
+        if wt._shape != ns:
+            raise ShapeError(f"{op}: weight {wt._shape} must have the normalized shape {ns}")
+        metas.append((ns, wt._dtype))
+    if has_bias:
+        metas.append((ns, d if d is dt.float64 or d is dt.float32 else dt.float32))
+    return metas
+
+
+def _rsum_lead(a, lead, xp):
+    """``a`` summed over the leading dims ``lead`` (a copy of ``a`` when there are none)."""
+    if not lead:
+        return a.copy()
+    if xp is np:
+        return np.add.reduce(a, axis=lead)
+    return a.sum(axis=lead)
+
+
+@_quiet_ln
+def _layer_norm_backward_numpy(g, x, *w, ndim, eps, has_weight, has_bias, xp=np):
+    ct = _ct(x)
+    k = x.ndim - ndim
+    ns, lead = x.shape[k:], tuple(range(k))
+    wt = w[0] if has_weight else None
+    if x.size == 0:
+        out = (x.astype(x.dtype, copy=True),)
+        if has_weight:
+            out += (xp.zeros(ns, wt.dtype),)
+        if has_bias:
+            out += (xp.zeros(ns, ct),)
+        return out
+    axes = tuple(range(k, x.ndim))
+    n = 1
+    for v in ns:
+        n *= v
+    inv = ct(1.0 / n)
+    xf = x.astype(ct, copy=False)
+    gf = g.astype(ct, copy=False)
+    # the steps of the decomposition (so NdArray gives its bits)
+    xc = xp.subtract(xf, xp.multiply(_rsum_axes(xf, axes, xp), inv))
+    var = xp.multiply(_rsum_axes(xp.multiply(xc, xc), axes, xp), inv)
+    xp.add(var, ct(eps), out=var)
+    rstd = xp.divide(ct(1.0), xp.sqrt(var))
+    xhat = xp.multiply(xc, rstd, out=xc)
+    gw = xp.multiply(gf, wt.astype(ct, copy=False)) if has_weight else gf
+    m1 = xp.multiply(_rsum_axes(gw, axes, xp), inv)
+    m2 = xp.multiply(_rsum_axes(xp.multiply(gw, xhat), axes, xp), inv)
+    dx = xp.subtract(gw, m1)
+    xp.subtract(dx, xp.multiply(xhat, m2), out=dx)
+    xp.multiply(rstd, dx, out=dx)
+    out = (dx.astype(x.dtype, copy=False),)
+    if has_weight:
+        out += (_rsum_lead(xp.multiply(gf, xhat), lead, xp).astype(wt.dtype, copy=False),)
+    if has_bias:
+        out += (_rsum_lead(gf, lead, xp),)
+    return out
+
+
+def _layer_norm_backward_decompose(g, x, *w, ndim, eps, has_weight, has_bias):
+    """The composite ``layer_norm``'s derivative was (what Fusion fuses)."""
+    wt = w[0] if has_weight else None
+    gf = _sm_up(g)
+    xc, rstd, dims = _ln_centered(_sm_up(x), ndim, eps)
+    lead = tuple(range(len(x._shape) - ndim))
+    xhat = xc * rstd
+    gw = gf * wt.cast(gf._dtype) if wt is not None else gf
+    dx = _sm_down(rstd * (gw - gw.mean(dims, keepdim=True)
+                          - xhat * (gw * xhat).mean(dims, keepdim=True)), x._dtype)
+    out = (dx,)
+    if wt is not None:
+        t = gf * xhat
+        out += (_sm_down(t.sum(lead) if lead else t, wt._dtype),)
+    if has_bias:
+        out += (gf.sum(lead) if lead else gf * 1.0,)    # (a new tensor, not the input)
+    return out
+
+
+def _layer_norm_backward_vjp(gg, inputs, out, ndim, eps, has_weight, has_bias, needs):
+    """The derivative of dx (the first output: only that one is differentiated, as for
+    every op of several outputs). dx is linear in ``gw`` through the symmetric
+    ``rstd * (I - 1/n - xhat xhat^T / n)``, so ``d(gw) = layer_norm_backward(gg, x)`` (no
+    weight), ``dg = d(gw) * weight``, ``dweight = sum(d(gw) * g)``. Through x: with
+    ``p = mean(gg * xhat)``, ``q = mean(gw * xhat)``, ``u = -rstd * (gg * q + gw * p)``
+    (the gradient reaching xhat) and ``s = mean(gg * (gw - mean(gw)))`` (reaching rstd),
+    ``dx = layer_norm_backward(u, x) - rstd^2 * xhat * (s - p * q)``."""
+    g, x = inputs[0], inputs[1]
+    w = inputs[2] if has_weight else None
+    gg32, g32, x32 = _sm_up(gg), _sm_up(g), _sm_up(x)
+    ct = x32._dtype
+    plain = dict(ndim=ndim, eps=eps, has_weight=False, has_bias=False)
+    lead = tuple(range(len(x._shape) - ndim))
+    wc = w.cast(ct) if w is not None else None
+    dg = dxx = dw = None
+    if needs[0] or (w is not None and needs[2]):
+        d_gw = _run(LAYER_NORM_BACKWARD, (gg32, x32), **plain)[0]
+        if needs[0]:
+            dg = _sm_down(d_gw * wc if wc is not None else d_gw, g._dtype)
+        if w is not None and needs[2]:
+            t = d_gw * g32
+            dw = _sm_down(t.sum(lead) if lead else t, w._dtype)
+    if needs[1]:
+        xc, rstd, dims = _ln_centered(x32, ndim, eps)
+        xhat = xc * rstd
+        gw = g32 * wc if wc is not None else g32
+        p = (gg32 * xhat).mean(dims, keepdim=True)
+        q = (gw * xhat).mean(dims, keepdim=True)
+        u = -(rstd * (gg32 * q + gw * p))
+        s = (gg32 * (gw - gw.mean(dims, keepdim=True))).mean(dims, keepdim=True)
+        proj = _run(LAYER_NORM_BACKWARD, (u, x32), **plain)[0]
+        dxx = _sm_down(proj - rstd * rstd * xhat * (s - p * q), x._dtype)
+    return (dg, dxx) + ((dw,) if w is not None else ())
+
+
+LAYER_NORM_BACKWARD = declare(
+    "layer_norm_backward", "norm", nin=3, attrs=("ndim", "eps", "has_weight", "has_bias"),
+    infer=_lnb_infer, numpy=_layer_norm_backward_numpy, vjp=_layer_norm_backward_vjp,
+    vjp_needs=True, decompose=_layer_norm_backward_decompose, nout=3,
+    doc="layer_norm's gradients from g (the output's) and x: dx = rstd * (gw - mean(gw) - "
+        "xhat * mean(gw * xhat)) with gw = g * weight, then dweight = sum(g * xhat) and "
+        "dbias = sum(g) over the leading dims, as has_weight / has_bias say (up to 3 "
+        "outputs; dbias in the compute dtype; f16/bf16 computed in f32)")

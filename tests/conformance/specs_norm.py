@@ -73,3 +73,61 @@ CASES = [
          dtypes=("f64", "f32"), grad=False, layouts=False,
          tol={"f32": (2e-3, 2e-3)}),    # (x - mean in f32 keeps ~1e-4 of a spread of 1)
 ]
+
+
+# -- layer_norm_backward: the gradients as one primitive ------------------------------------
+def ref_lnb(g, x, w=None, ndim=1, eps=EPS, has_bias=True):
+    """(dx, [dweight], [dbias]) in float64, from the textbook formula."""
+    k = x.ndim - ndim
+    axes, lead = tuple(range(k, x.ndim)), tuple(range(k))
+    mu = x.mean(axis=axes, keepdims=True)
+    rstd = 1.0 / np.sqrt(((x - mu) ** 2).mean(axis=axes, keepdims=True) + eps)
+    xhat = (x - mu) * rstd
+    gw = g if w is None else g * w
+    dx = rstd * (gw - gw.mean(axis=axes, keepdims=True)
+                 - xhat * (gw * xhat).mean(axis=axes, keepdims=True))
+    out = [dx]
+    if w is not None:
+        out.append((g * xhat).sum(axis=lead))
+    if has_bias:
+        out.append(g.sum(axis=lead))
+    return tuple(out)
+
+
+def _bwd(ndim, has_w, has_b, eps=EPS):
+    def fn(g, x, *w):
+        return P("layer_norm_backward", g, x, *w, ndim=ndim, eps=eps, has_weight=has_w,
+                 has_bias=has_b)
+    return fn
+
+
+def _bwd_ref(ndim, has_w, has_b, eps=EPS):
+    def ref(g, x, *w):
+        return ref_lnb(g, x, w[0] if has_w else None, ndim, eps, has_b)
+    return ref
+
+
+CASES += [
+    Case("layer_norm_backward_wb", "layer_norm_backward", _bwd(1, True, True),
+         _bwd_ref(1, True, True),
+         [((3, 5), (3, 5), (5,)), ((2, 3, 4), (2, 3, 4), (4,)), ((0, 4), (0, 4), (4,)),
+          ((1, 1), (1, 1), (1,)), ((4, 33), (4, 33), (33,)), ((6,), (6,), (6,))]),
+    Case("layer_norm_backward_w", "layer_norm_backward", _bwd(1, True, False),
+         _bwd_ref(1, True, False), [((4, 3), (4, 3), (3,)), ((2, 2, 5), (2, 2, 5), (5,))]),
+    Case("layer_norm_backward_b", "layer_norm_backward", _bwd(1, False, True),
+         _bwd_ref(1, False, True), [((4, 3), (4, 3)), ((3, 1, 6), (3, 1, 6))]),
+    Case("layer_norm_backward_plain", "layer_norm_backward", _bwd(1, False, False),
+         _bwd_ref(1, False, False), [((3, 4, 5), (3, 4, 5)), ((2, 0, 3), (2, 0, 3))]),
+    Case("layer_norm_backward_2dims", "layer_norm_backward", _bwd(2, True, True),
+         _bwd_ref(2, True, True),
+         [((2, 3, 4), (2, 3, 4), (3, 4)), ((3, 2), (3, 2), (3, 2))]),
+    Case("layer_norm_backward_eps", "layer_norm_backward", _bwd(1, True, False, 0.5),
+         _bwd_ref(1, True, False, 0.5), [((5, 3), (5, 3), (3,))]),
+    # a row wider than a warp's registers hold on Cuda (the block-per-row kernel there)
+    Case("layer_norm_backward_long_rows", "layer_norm_backward", _bwd(1, True, True),
+         _bwd_ref(1, True, True), [((3, 1100), (3, 1100), (1100,))], grad=False),
+    Case("layer_norm_backward_offset", "layer_norm_backward", _bwd(1, True, True),
+         _bwd_ref(1, True, True), [((4, 64), (4, 64), (64,))],
+         inputs=(Input(), OFFSET, Input()), dtypes=("f64", "f32"), grad=False,
+         layouts=False, tol={"f32": (2e-3, 2e-3)}),
+]

@@ -45,7 +45,7 @@ class Cuda(Backend):
     #: directly): the same one kernel per parameter as the fused decomposition, without
     #: recording its ~15 ops (~600 of the ~1300 ops a GPT step recorded, bench/gpu.py row 9).
     #: attention (`attention.py`): two cuBLAS products around one softmax kernel
-    fused_ops = frozenset({"layer_norm", "adam_update", "attention"})
+    fused_ops = frozenset({"layer_norm", "adam_update", "attention", "layer_norm_backward"})
 
     def __init__(self):
         cp, why = _cupy.load()

@@ -919,6 +919,11 @@ def _layer_norm_impl(cp, xp):
     return layer_norm_impl(cp, xp)
 
 
+def _layer_norm_backward_impl(cp, xp):
+    from .norm_backward import layer_norm_backward_impl    # (ember/backend/cuda/norm_backward.py)
+    return layer_norm_backward_impl(cp, xp)
+
+
 def _attention_impl(cp, xp):
     from .attention import attention_impl  # (cuBLAS + its softmax kernel: cuda/attention.py)
     return attention_impl(cp, xp)
@@ -945,6 +950,7 @@ CUDA_IMPLS = {
     "max_pool1d_with_indices": _max_pool_impl(1, True),
     "max_pool2d_with_indices": _max_pool_impl(2, True),
     "layer_norm": _layer_norm_impl,
+    "layer_norm_backward": _layer_norm_backward_impl,
     "attention": _attention_impl,
     "max_pool1d_backward": _max_pool_backward_impl,
     "max_pool2d_backward": _max_pool_backward_impl,
