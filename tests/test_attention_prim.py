@@ -62,15 +62,18 @@ def test_mha_is_the_composite_bit_for_bit(monkeypatch, dev, dtype):
                                                           device=device)
 
     def outputs():
-        outs = [m(x, causal=True), m(x), m(x, mem, mem, causal=True), m(x[:, :2], mem, mem,
-                                                                       causal=True)]
+        nw = dict(need_weights=False)           # (the primitive serves calls without them)
+        outs = [m(x, causal=True, **nw), m(x, **nw), m(x, mem, mem, causal=True, **nw),
+                m(x[:, :2], mem, mem, causal=True, **nw)]
         c = nn.MhaCache()
         for s in (slice(0, 3), slice(3, 7)):
-            o, c = m.forward_cache(x[:, s], c)
+            o, c = m.forward_cache(x[:, s], c, **nw)
             outs.append(o)
-        o, _ = m.forward_cache(x, nn.MhaCache(static=True), mem, causal=True)  # offset -4
+        o, _ = m.forward_cache(x, nn.MhaCache(static=True), mem, causal=True,  # offset -4
+                               **nw)
         outs.append(o)
-        return [a.numpy() for o in outs for a in o]
+        assert all(o.weights is None for o in outs)
+        return [o.context.numpy() for o in outs]
 
     fast = outputs()
     _composite(monkeypatch)
@@ -86,9 +89,10 @@ def test_mha_gradients_are_the_composites(monkeypatch):
     mem = _t(2, 4, 12, dtype=np.float64, device=dev).require_grad()
 
     def grads():
-        loss = (m(x, causal=True).context.sin().sum() +
-                m(x[:, :5], mem, mem, causal=True).context.pow(2).sum() +
-                m.forward_cache(x, nn.MhaCache(static=True), mem, causal=True)[0]
+        nw = dict(need_weights=False)
+        loss = (m(x, causal=True, **nw).context.sin().sum() +
+                m(x[:, :5], mem, mem, causal=True, **nw).context.pow(2).sum() +
+                m.forward_cache(x, nn.MhaCache(static=True), mem, causal=True, **nw)[0]
                 .context.sum())
         g = loss.backward()
         return [t.grad(g).numpy() for t in [x, mem] + list(m.parameters())]
@@ -129,7 +133,7 @@ def _count(monkeypatch, fast):
     if not fast:
         _composite(monkeypatch)
     m = nn.MultiHeadAttention(16, 4, dropout=0.0, device=dev)
-    loss = m(_t(2, 8, 16, device=dev), causal=True).context.sum()
+    loss = m(_t(2, 8, 16, device=dev), causal=True, need_weights=False).context.sum()
     phase[0] = "bwd"
     loss.backward()
     monkeypatch.undo()
@@ -145,3 +149,15 @@ def test_mha_issues_fewer_ops(monkeypatch):
     assert fwd["after"] <= fwd["before"] - 14, fwd
     bwd = [sum(c for (p, _), c in d.items() if p == "bwd") for d in (before, after)]
     assert bwd[1] < bwd[0], bwd
+
+
+def test_mha_weights_when_asked_are_differentiable():
+    """With the weights wanted (the default) the composite runs: a loss on the weights
+    reaches the inputs (the primitive's weights output would carry no gradient)."""
+    dev = Autodiff(NdArray()).device(0)
+    m = nn.MultiHeadAttention(8, 2, dropout=0.0, device=dev)
+    x = _t(2, 5, 8, device=dev).require_grad()
+    out = m(x, causal=True)
+    assert out.weights is not None and tuple(out.weights.shape) == (2, 2, 5, 5)
+    gx = x.grad((out.weights * out.weights).sum().backward())
+    assert gx is not None and np.abs(gx.numpy()).max() > 0

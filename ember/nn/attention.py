@@ -30,11 +30,8 @@ __all__ = ["MultiHeadAttention", "MultiHeadAttentionConfig", "MhaOutput", "MhaCa
 
 class MhaOutput(NamedTuple):
     """``context`` ``[batch, seq_q, d_model]`` and the attention ``weights``
-    ``[batch, n_heads, seq_q, seq_k]`` (before dropout: each row sums to 1). Without
-    ``mask_pad``, ``mask_attn``, ``quiet_softmax`` or active dropout, both come from the
-    ``attention`` primitive, and then only ``context`` is differentiable: a loss on the
-    ``weights`` gets no gradient through them (pass a ``mask_attn`` of all False to have
-    the composite, whose weights are differentiable)."""
+    ``[batch, n_heads, seq_q, seq_k]`` (before dropout: each row sums to 1; differentiable),
+    or None when the call said ``need_weights=False``."""
     context: Any
     weights: Any
 
@@ -199,17 +196,21 @@ class MultiHeadAttention(em.Module):
         b, n, _ = x.shape
         return linear(x).reshape(b, n, self.n_heads, self.d_k).swap_dims(1, 2)
 
-    def _attend(self, q, k, v, mask_pad, mask_attn, causal, offset):
+    def _attend(self, q, k, v, mask_pad, mask_attn, causal, offset, need_weights):
         scale = 1.0 / math.sqrt(self.d_k)
         drop = self.dropout
-        if mask_pad is None and mask_attn is None and not self.quiet_softmax and \
-                not (drop.training and drop.prob > 0.0) and _fits_primitive(q, k, v):
-            # the common case (no masks but the causal one, no dropout on the weights): the
-            # `attention` primitive, one op forward and one derivative rule backward where
-            # the composite below takes about a dozen each way; the same results. Its
-            # weights carry no gradient of their own (only the context is differentiable)
-            ctx, weights = apply(ATTENTION, (q, k, v), {"scale": scale, "causal": bool(causal),
-                                                        "offset": int(offset)})
+        if not need_weights and mask_pad is None and mask_attn is None and \
+                not self.quiet_softmax and not (drop.training and drop.prob > 0.0) and \
+                _fits_primitive(q, k, v):
+            # the common case (no masks but the causal one, no dropout on the weights, the
+            # weights not wanted): the `attention` primitive, one op forward and one
+            # derivative rule backward where the composite below takes about a dozen each
+            # way; the same results. (Its weights output carries no gradient of its own --
+            # only a multi-output op's first output does --, so it serves callers that do
+            # not take the weights: transformer layers)
+            ctx = apply(ATTENTION, (q, k, v), {"scale": scale, "causal": bool(causal),
+                                               "offset": int(offset)})[0]
+            weights = None
         else:
             scores = _apply_masks((q @ k.transpose()) * scale, mask_pad, mask_attn, causal,
                                   offset)
@@ -218,10 +219,13 @@ class MultiHeadAttention(em.Module):
             ctx = drop(weights) @ v
         b, _, lq, _ = ctx.shape
         ctx = ctx.swap_dims(1, 2).reshape(b, lq, self.d_model)
-        return MhaOutput(self.output(ctx), weights)
+        return MhaOutput(self.output(ctx), weights if need_weights else None)
 
     def forward(self, query, key=None, value=None, mask_pad=None, mask_attn=None,
-                causal: bool = False) -> MhaOutput:
+                causal: bool = False, need_weights: bool = True) -> MhaOutput:
+        """The attention of ``query`` over ``key``/``value``; ``need_weights=False`` returns
+        no weights (``MhaOutput.weights`` None) and lets the common case run as the one
+        ``attention`` primitive (as PyTorch's ``need_weights=False`` allows its fused path)."""
         key = query if key is None else key
         value = key if value is None else value
         q = self._heads(query, self.query, "query")
@@ -231,10 +235,12 @@ class MultiHeadAttention(em.Module):
             raise ShapeError(f"MultiHeadAttention: query {tuple(query.shape)}, key "
                              f"{tuple(key.shape)} and value {tuple(value.shape)} must share "
                              f"the batch, and key and value the sequence length")
-        return self._attend(q, k, v, mask_pad, mask_attn, causal, k.shape[2] - q.shape[2])
+        return self._attend(q, k, v, mask_pad, mask_attn, causal, k.shape[2] - q.shape[2],
+                            need_weights)
 
     def forward_cache(self, query, cache: MhaCache | None = None, key=None, value=None,
-                      mask_pad=None, mask_attn=None, causal: bool | None = None):
+                      mask_pad=None, mask_attn=None, causal: bool | None = None,
+                      need_weights: bool = True):
         """Attention for the new positions in ``query`` given a `MhaCache` of earlier keys
         and values; returns ``(MhaOutput, new_cache)``.
 
@@ -243,7 +249,8 @@ class MultiHeadAttention(em.Module):
         keys up to its own position (``causal`` defaults to True); feeding a sequence one
         chunk at a time gives the same outputs as one causal ``forward``. With
         ``MhaCache(static=True)`` the keys and values are projected from ``key``/``value``
-        on the first call and reused. ``mask_pad``/``mask_attn`` cover all cached keys."""
+        on the first call and reused. ``mask_pad``/``mask_attn`` cover all cached keys;
+        ``need_weights`` as in `forward`."""
         cache = MhaCache() if cache is None else cache
         q = self._heads(query, self.query, "query")
         if cache.static:
@@ -255,7 +262,7 @@ class MultiHeadAttention(em.Module):
                 cache = MhaCache(self._heads(key, self.key, "key"),
                                  self._heads(value, self.value, "value"), True)
             out = self._attend(q, cache.key, cache.value, mask_pad, mask_attn, bool(causal),
-                               cache.length - q.shape[2])
+                               cache.length - q.shape[2], need_weights)
             return out, cache
         key = query if key is None else key
         value = key if value is None else value
@@ -267,7 +274,7 @@ class MultiHeadAttention(em.Module):
         new = MhaCache(k, v, False)
         offset = cache.length
         out = self._attend(q, k, v, mask_pad, mask_attn, True if causal is None else causal,
-                           offset)
+                           offset, need_weights)
         return out, new
 
 

@@ -109,12 +109,13 @@ class TransformerEncoderLayer(em.Module):
 
     def forward(self, x, mask_pad=None, mask_attn=None, causal: bool = False):
         def attend(h):
-            return self.mha(h, mask_pad=mask_pad, mask_attn=mask_attn, causal=causal)[0], None
+            return self.mha(h, mask_pad=mask_pad, mask_attn=mask_attn, causal=causal,
+                            need_weights=False)[0], None
         return self._block(x, attend)[0]
 
     def forward_cache(self, x, cache: MhaCache | None, mask_pad=None):
         def attend(h):
-            out, c = self.mha.forward_cache(h, cache, mask_pad=mask_pad)
+            out, c = self.mha.forward_cache(h, cache, mask_pad=mask_pad, need_weights=False)
             return out.context, c
         return self._block(x, attend)
 
@@ -206,22 +207,23 @@ class TransformerDecoderLayer(em.Module):
                 target_mask_attn=None, memory_mask_attn=None, causal: bool = False):
         def self_attend(h):
             return self.self_attn(h, mask_pad=target_mask_pad, mask_attn=target_mask_attn,
-                                  causal=causal).context, None
+                                  causal=causal, need_weights=False).context, None
 
         def cross_attend(h):
             return self.cross_attn(h, memory, memory, mask_pad=memory_mask_pad,
-                                   mask_attn=memory_mask_attn).context, None
+                                   mask_attn=memory_mask_attn, need_weights=False).context, None
         return self._block(target, self_attend, cross_attend)[0]
 
     def forward_cache(self, target, memory, self_cache, cross_cache, target_mask_pad=None,
                       memory_mask_pad=None):
         def self_attend(h):
-            out, c = self.self_attn.forward_cache(h, self_cache, mask_pad=target_mask_pad)
+            out, c = self.self_attn.forward_cache(h, self_cache, mask_pad=target_mask_pad,
+                                                  need_weights=False)
             return out.context, c
 
         def cross_attend(h):
             out, c = self.cross_attn.forward_cache(h, cross_cache, memory, memory,
-                                                   mask_pad=memory_mask_pad)
+                                                   mask_pad=memory_mask_pad, need_weights=False)
             return out.context, c
         return self._block(target, self_attend, cross_attend)
 

@@ -176,7 +176,9 @@ def test_runtime_tunes_big_kernels_only(tmp_path):
 def test_a_win_that_does_not_repeat_is_not_stored(tmp_path):
     """A candidate that looked faster once (noise) but loses the final comparison with the
     default is dropped: the default is stored."""
-    t = Autotuner(cache_root=tmp_path, enabled=True, budget_s=5.0, tune_after=0)
+    # (busy_load: stored whatever the load of the machine running the tests)
+    t = Autotuner(cache_root=tmp_path, enabled=True, budget_s=5.0, tune_after=0,
+                  busy_load=float("inf"))
     calls = {"n": 0}
 
     def run(v):
@@ -222,7 +224,7 @@ def test_runtime_skips_the_default_team_and_tries_wide_vectors(tmp_path, monkeyp
 def test_a_key_is_tuned_on_its_second_launch(tmp_path):
     """The first launch of a key with no stored winner gets the default without any timing
     (a kernel used once costs its compile only); the second tunes; then it is settled."""
-    t = Autotuner(cache_root=tmp_path, enabled=True, budget_s=5.0)
+    t = Autotuner(cache_root=tmp_path, enabled=True, budget_s=5.0, busy_load=float("inf"))
     assert t.tune_after == 1
     timed = []
 
