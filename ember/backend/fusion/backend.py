@@ -13,6 +13,9 @@ output has at least ``min_numel`` elements (always, with ``min_numel=0``), and b
 the CPU as its decomposition's one traced kernel, replayed (`replay.Replays`), or else as the
 primitive on the inner backend; an op the inner backend lists in its
 ``fused_ops`` (it has a faster kernel of its own: layer norm on Cuda) always runs there.
+On the CPU, a small elementwise op with ready inputs runs as its one-op kernel where that
+measured faster than the inner backend (`replay.Replays.run_elementwise`), and max pooling
+and cross-entropy run as kernels Fusion builds for them (`pooling.py`, `cross_entropy.py`).
 
 A reduction over several dims is recorded as one single-dim reduction per dim (innermost
 first, keeping dims), then a reshape and a cast; f16/bf16 sums and products accumulate in
@@ -274,9 +277,11 @@ class Fusion(Backend):
     def _decide(self, op, shape) -> int:
         """How ``op`` with ready inputs and output ``shape`` (``meta[0]``: for an op of
         several outputs, the first one's (shape, dtype)) runs: `EAGER` (a small elementwise
-        op), `INNER` (an op fusion cannot hold, or a small one with a decomposition),
-        `VIEW_OP` (a view: the inner backend's own), or 0 (`_record` decides, or a large op
-        with a decomposition runs it)."""
+        op), `PROBE` (one large enough to time its kernel against the inner backend's op),
+        `INNER` (an op fusion cannot hold, or a small one with a decomposition), `REPLAY`
+        (that, replayed), `KERNEL` (an op with kernels of Fusion's own), `VIEW_OP` (a view:
+        the inner backend's own), or 0 (`_record` decides, or a large op with a
+        decomposition runs it)."""
         kind = self._kinds.get(op)
         if kind is None:
             kind = self._classify(op)

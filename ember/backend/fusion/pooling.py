@@ -53,7 +53,7 @@ class PoolKernels:
     def __init__(self, runtime):
         self.runtime = runtime
         self._launchers: dict = {}     # key -> launcher, or None: not a kernel's geometry
-        self._ours: dict = {}          # id(indices) -> weakref of an index array made here
+        self._ours: dict = {}          # id(indices) -> (weakref to them, tiles: `_remember`)
         self._lock = threading.Lock()
 
     def run(self, op, prims, attrs, meta):
