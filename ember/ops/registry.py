@@ -18,7 +18,9 @@ A declaration (`Op`) carries:
 * ``promote``: for binary ops, how inputs are promoted before the op runs (``"same"``:
   the common dtype, ``"float"``: the common dtype, then at least the default float);
 * ``nout``: the number of outputs; only the first output of a multi-output op is
-  differentiable (indices are not);
+  differentiable (indices are not). An op of ``nout > 1`` whose ``infer`` returns fewer
+  (shape, dtype) pairs for some attrs (``layer_norm_backward`` without weight or bias)
+  returns that many: what ``infer`` returns is what the op returns;
 * ``vjp_needs``: the rule takes a ``needs`` keyword, one bool per input saying whether that
   input's gradient is wanted, so expensive ops (matmul, conv) skip the ones that are not;
 * ``decompose(*inputs, **attrs)``: optional, the op written with other ember Tensor ops (the
