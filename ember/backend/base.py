@@ -80,6 +80,11 @@ class Backend(metaclass=_Interned):
     def sync(self, device: "Device") -> None:
         """Wait for all queued work on ``device``."""
 
+    def flush(self, device: "Device") -> None:
+        """Start the work a lazy backend holds for ``device`` (Fusion's recorded ops still
+        wanted) without waiting for it: one planning of all of it, where reads one by one
+        would each plan a part. Eager backends hold nothing."""
+
     def dlpack_source(self, prim):
         """An object with ``__dlpack__`` sharing the primitive's memory."""
         raise NotImplementedError

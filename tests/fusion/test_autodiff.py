@@ -65,16 +65,51 @@ def test_backward_passes_fuse():
     a = np.random.default_rng(1).normal(size=(6, 7)).astype(np.float32)
     x = em.tensor(a, device=ad).require_grad()
     y = (x.tanh() * 2.0 + x.sigmoid()).exp().sum()
+    em.fusion.reset_stats()
     grads = y.backward()
+    st = em.fusion.stats()
     em.fusion.reset_stats()
     g = x.grad(grads).numpy()
-    st = em.fusion.stats()
     t = np.tanh(a.astype(np.float64))
     s = 1 / (1 + np.exp(-a.astype(np.float64)))
     e = np.exp(2 * t + s)
     assert_close(g, e * (2 * (1 - t * t) + s * (1 - s)), rtol=1e-5)
-    # the whole gradient chain is pending until read; then a couple of kernels, no inner op
-    assert st["inner_ops"] == 0 and st["kernels"] <= 3, st
+    # the gradient chain is recorded and flushed once, as backward ends: a couple of
+    # kernels, one inner op (the seed gradient, a `full`); reading the gradient then runs
+    # nothing
+    assert st["inner_ops"] <= 1 and st["kernels"] <= 3 and st["flushes"] == 1, st
+    assert em.fusion.stats()["kernels"] == 0 and em.fusion.stats()["flushes"] == 0
+
+
+def test_backward_flushes_all_gradients_at_once():
+    """An optimizer reads gradients one parameter at a time; on a lazy backend each read
+    of a pending gradient would flush its own part of the stream. Backward ends with one
+    flush of all of them (Backend.flush), so the reads run nothing."""
+    dev = fusion_device("interpret")
+    ad = Autodiff(dev.backend).device(0)
+    rng = np.random.default_rng(2)
+    ws = [em.tensor(rng.normal(size=(5, 5)).astype(np.float32), device=ad).require_grad()
+          for _ in range(4)]
+    x = em.tensor(rng.normal(size=(3, 5)).astype(np.float32), device=ad)
+    h = x
+    for w in ws:
+        h = (h @ w).tanh() * 0.5 + h
+    em.fusion.reset_stats()
+    grads = (h * h).sum().backward()
+    at_backward = em.fusion.stats()["flushes"]
+    em.fusion.reset_stats()
+    got = [w.grad(grads).numpy() for w in ws]
+    assert em.fusion.stats()["flushes"] == 0, em.fusion.stats()
+    ref_dev = Autodiff(NdArray()).device(0)
+    rws = [em.tensor(w.numpy(), device=ref_dev).require_grad() for w in ws]
+    h = em.tensor(x.numpy(), device=ref_dev)
+    for w in rws:
+        h = (h @ w).tanh() * 0.5 + h
+    rg = (h * h).sum().backward()
+    for a, w in zip(got, rws):
+        assert_close(a, w.grad(rg).numpy(), rtol=1e-5, atol=1e-6)
+    # matmuls read pending values (one flush each) and the end of backward flushes the rest
+    assert at_backward >= 1
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)

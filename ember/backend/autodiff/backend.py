@@ -105,6 +105,9 @@ class Autodiff(Backend):
     def sync(self, device):
         self.inner.sync(device.inner)
 
+    def flush(self, device):
+        self.inner.flush(device.inner)
+
     # -- autodiff -------------------------------------------------------------------------
     def require_grad(self, prim, meta):
         if prim.node is not None and prim.node.is_leaf:

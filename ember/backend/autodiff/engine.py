@@ -155,4 +155,8 @@ def backward(root_prim, meta, device) -> Gradients:
             prev = into.get(key)
             # a gradient with one contributor is used as it is; more are added up
             into[key] = gi if prev is None else prev + gi
+    # the gradients are about to be read (an optimizer step reads them one parameter at a
+    # time): a lazy inner backend computes all of them in one flush, where each read would
+    # flush its own (Fusion(Cuda): ~70 flushes a GPT step)
+    inner.backend.flush(inner)
     return Gradients(result)

@@ -567,10 +567,14 @@ class Fusion(Backend):
         self.inner.seed(device.inner, seed)
 
     def sync(self, device):
-        s = getattr(self._local, "stream", None)
-        if s is not None:
-            s.flush_alive()
+        self.flush(device)
         self.inner.sync(device.inner)
+
+    def flush(self, device):
+        s = getattr(self._local, "stream", None)
+        if s is not None and s.pending:
+            s.flush_alive()
+        self.inner.flush(device.inner)
 
 
 def _read(p: FusionPrim):
