@@ -7,6 +7,9 @@ path runs, gives NumPy's results (bit for bit where the op is exact), and steps 
 it does not apply (broadcasting, strided inputs, bf16), with the same results."""
 from __future__ import annotations
 
+import concurrent.futures
+import os
+
 import numpy as np
 import pytest
 
@@ -64,20 +67,37 @@ def test_every_flat_kernel_compiles(tmp_path):
         pytest.skip(f"NVRTC unavailable (compile-only checks skipped): {compiler.reason}")
     calls = _flat_calls()
     assert len(calls) > 300, f"only {len(calls)} eligible op calls"
-    failed, built = [], 0
+    failed, sources = [], []
     for op, kinds, attrs, od, cyclic in calls:
+        what = f"{op.name} {kinds} {attrs} -> {od.short}"
         try:
             kernel, _ = eager.flat_kernel(op, kinds, attrs, od)
             if kernel is None:
                 continue
             rd = render_flat(kernel, eager.BLOCK, cyclic)
             assert f"{FLAT_NAME}(" in rd.source
-            compiler.build(rd.source, default_arch())
-            built += 1
+            sources.append((what, rd.source))
         except Exception as e:  # noqa: BLE001
-            failed.append(f"{op.name} {kinds} {attrs} -> {od.short}: {str(e)[:300]}")
+            failed.append(f"{what}: {str(e)[:300]}")
+
+    def build(worker):
+        # a compiler of its own per thread (one compiler builds one source at a time); NVRTC
+        # runs outside the GIL, so the threads share the machine's cores
+        comp = CudaCompiler(cache_root=tmp_path / f"w{worker}")
+        out = []
+        for what, source in sources[worker::workers]:
+            try:
+                comp.build(source, default_arch())
+            except Exception as e:  # noqa: BLE001
+                out.append(f"{what}: {str(e)[:300]}")
+        return out
+    workers = max(1, min(4, os.cpu_count() or 1))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        for f in pool.map(build, range(workers)):
+            failed += f
     assert not failed, f"{len(failed)} of {len(calls)} flat kernels failed:\n" + \
         "\n".join(failed[:20])
+    built = len(sources)
     assert built > 150, f"only {built} of {len(calls)} calls gave a flat kernel"
 
 
