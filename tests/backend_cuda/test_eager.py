@@ -80,21 +80,16 @@ def test_every_flat_kernel_compiles(tmp_path):
         except Exception as e:  # noqa: BLE001
             failed.append(f"{what}: {str(e)[:300]}")
 
-    def build(worker):
-        # a compiler of its own per thread (one compiler builds one source at a time); NVRTC
-        # runs outside the GIL, so the threads share the machine's cores
-        comp = CudaCompiler(cache_root=tmp_path / f"w{worker}")
-        out = []
-        for what, source in sources[worker::workers]:
-            try:
-                comp.build(source, default_arch())
-            except Exception as e:  # noqa: BLE001
-                out.append(f"{what}: {str(e)[:300]}")
-        return out
-    workers = max(1, min(4, os.cpu_count() or 1))
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        for f in pool.map(build, range(workers)):
-            failed += f
+    def build(item):
+        what, source = item
+        try:
+            compiler.build(source, default_arch())
+        except Exception as e:  # noqa: BLE001
+            return f"{what}: {str(e)[:300]}"
+        return None
+    # (the compiler builds different sources at once: NVRTC runs outside the GIL)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        failed += [f for f in pool.map(build, sources) if f is not None]
     assert not failed, f"{len(failed)} of {len(calls)} flat kernels failed:\n" + \
         "\n".join(failed[:20])
     built = len(sources)

@@ -145,6 +145,28 @@ def test_concurrent_processes_compile_once(tmp_path):
     assert len({r["n"] for r in res}) == 1
 
 
+def test_threads_build_different_sources_at_once_and_one_source_once(tmp_path):
+    """One compiler shared by threads: a source asked for by several threads is compiled
+    once (the others wait for it); different sources compile side by side, each correct."""
+    import concurrent.futures
+    import threading
+    comp = nvrtc_or_skip(tmp_path)
+    srcs = [render(KERNEL).source.replace("ember_kernel", f"ember_kernel_{i}")
+            for i in range(4)]
+    barrier = threading.Barrier(8)
+
+    def build(i):
+        barrier.wait(10)
+        return comp.build(srcs[i % 4], default_arch())
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        got = list(pool.map(build, range(8)))
+    assert comp.stats["compiles"] == 4, comp.stats
+    assert all(c.binary for c in got)
+    for i in range(4):              # the same source gave the same binary to both threads
+        assert got[i] is got[i + 4]
+    assert {comp.key(s_, default_arch()) for s_ in srcs} == set(comp._mem)
+
+
 def test_options_are_part_of_the_key(tmp_path):
     comp = nvrtc_or_skip(tmp_path)
     src = render(KERNEL).source

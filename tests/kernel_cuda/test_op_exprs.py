@@ -4,6 +4,9 @@ interpreter (as the C kernels must give), through a grid of special values, scal
 either side and casts to every dtype."""
 from __future__ import annotations
 
+import concurrent.futures
+import os
+
 import numpy as np
 import pytest
 
@@ -69,8 +72,10 @@ def test_op_exprs_render(d):
 def test_op_exprs_compile(d, tmp_path_factory):
     """Where the NVRTC wheel is installed: they compile (for sm_90, no GPU needed)."""
     comp = nvrtc_or_skip(tmp_path_factory.getbasetemp() / "cuda-cache")
-    for label, k, _, _, _ in op_kernels(d):
-        compile_only(comp, k)
+    kernels = [k for _, k, _, _, _ in op_kernels(d)]
+    # (one compiler builds different sources at once: NVRTC runs outside the GIL)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        list(pool.map(lambda k: compile_only(comp, k), kernels))
 
 
 @pytest.mark.parametrize("d", dt.ALL, ids=lambda d: d.short)

@@ -56,6 +56,7 @@ class CudaCompiler:
                       "last_compile_s": 0.0}
         self._mem: dict = {}
         self._lock = threading.RLock()
+        self._building: dict = {}     # key -> the lock of its build (while one runs)
         self._dir = None
         self.nvrtc, self.reason = get_nvrtc(prefer_major)
         self.available = self.nvrtc is not None
@@ -96,10 +97,17 @@ class CudaCompiler:
         if hit is not None:
             self.stats["memory_hits"] += 1
             return hit
+        # one build per key at a time (threads asking for one source wait for its build);
+        # builds of different sources run at once (NVRTC works outside the GIL)
         with self._lock:
+            lock = self._building.get(key)
+            if lock is None:
+                lock = self._building[key] = threading.Lock()
+        with lock:
             hit = self._mem.get(key)
             if hit is not None:
-                self.stats["memory_hits"] += 1
+                with self._lock:
+                    self.stats["memory_hits"] += 1
                 return hit
             kind, tarch = self.nvrtc.target(arch)
             path = self.path_of(key, kind)
@@ -112,15 +120,18 @@ class CudaCompiler:
                         t0 = time.perf_counter()
                         c = self.nvrtc.compile(source, arch, self.options + options)
                         dt_ = time.perf_counter() - t0
-                        self.stats["compiles"] += 1
-                        self.stats["compile_s"] += dt_
-                        self.stats["last_compile_s"] = dt_
+                        with self._lock:
+                            self.stats["compiles"] += 1
+                            self.stats["compile_s"] += dt_
+                            self.stats["last_compile_s"] = dt_
                         try:
                             atomic_write(path.with_suffix(".cu"), source.encode())
                             atomic_write(path, c.binary)
                         except OSError:
                             pass         # a read-only cache: the kernel still runs
-            self._mem[key] = c
+            with self._lock:
+                self._mem[key] = c
+                self._building.pop(key, None)
             return c
 
     def _read(self, path: Path, kind: str, arch: int):
@@ -130,7 +141,8 @@ class CudaCompiler:
             return None
         if not data:
             return None
-        self.stats["disk_hits"] += 1
+        with self._lock:
+            self.stats["disk_hits"] += 1
         return Compiled(data, kind, arch, "")
 
     def forget(self, source: str, arch: int, options=()) -> None:
