@@ -27,11 +27,9 @@ the ``softmax_backward`` primitive), so the backward pass runs and fuses like an
 """
 from __future__ import annotations
 
-import struct
-
 import numpy as np
 
-from .ops import _GRID_CAP, _KERNEL_HELPERS, _Kernels
+from .ops import _GRID_CAP, _KERNEL_HELPERS, _Kernels, f64_bits
 
 ATTN_SOURCE = _KERNEL_HELPERS + r"""
 template <typename F> __device__ __forceinline__ F ember_attn_lowest();
@@ -187,10 +185,6 @@ def attention_impl(cp, xp):
         if M:
             suffix, _, grid, block = plan(M, lk)
             kernels.launch(f"ember_attn_{kd}_{suffix}", grid, block, (s,),
-                           (M, lq, lk, int(offset), _f64_bits(scale)), (int(bool(causal)),))
+                           (M, lq, lk, int(offset), f64_bits(scale)), (int(bool(causal)),))
         return xp.matmul(s, v), s
     return attention
-
-
-def _f64_bits(v) -> int:
-    return struct.unpack("<q", struct.pack("<d", float(v)))[0]

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ops import _GRID_CAP, _elem_strides, _Kernels
+from ...kernel.strides import with_element_strides
+from .ops import _GRID_CAP, _Kernels
 
 COL_SOURCE = r"""
 typedef long long ember_i64;
@@ -137,11 +138,7 @@ class _Cols:
     def _strided(self, a):
         """``(a, its element strides)``: ``a`` copied C-contiguous first when a stride is
         not a whole number of elements."""
-        sa = _elem_strides(a)
-        if sa is None:
-            a = self.cp.ascontiguousarray(a)
-            sa = _elem_strides(a)
-        return a, sa
+        return with_element_strides(a, self.cp.ascontiguousarray)
 
     def im2col(self, x, nd, kd, kernel, stride, padding, dilation, groups, osz):
         """``[groups, N*OH*OW, Cg*KH*KW]`` columns of ``x`` [N, C, *S] (see the module

@@ -31,11 +31,10 @@ blocks, so results agree with the reference within a few ulps, not bit for bit.
 """
 from __future__ import annotations
 
-import struct
-
 import numpy as np
 
-from .ops import _GRID_CAP, _KERNEL_HELPERS, KERNEL_DTYPES, _elem_strides, _Kernels
+from ...kernel.strides import contiguous_strides, element_strides
+from .ops import _GRID_CAP, _KERNEL_HELPERS, KERNEL_DTYPES, _Kernels, f64_bits
 
 LN_SOURCE = _KERNEL_HELPERS + r"""
 __device__ __forceinline__ float ember_sqrt(float v) { return sqrtf(v); }
@@ -440,7 +439,7 @@ def layer_norm_impl(cp, xp):
         if has_bias:
             b = cp.ascontiguousarray(wb[-1], dtype=ct)
             flags |= 2
-        kernels.launch(name, grid, block, (x, w, b, y), (*dims, _f64_bits(eps)), (flags, ld),
+        kernels.launch(name, grid, block, (x, w, b, y), (*dims, f64_bits(eps)), (flags, ld),
                        smem)
         return y
     return layer_norm
@@ -451,12 +450,12 @@ def _plan_for(x, ndim, kd, itemsize, smem_optin=SMEM_LIMIT):
     for input ``x``; ``alt``: ``(kernel name, grid, shared bytes)`` of the 16-byte-read
     tile to run instead when x's data is 16-byte aligned (checked per call), or None.
     ``smem_optin``: the device's shared memory per block with opting in."""
-    sx = _elem_strides(x)
+    sx = element_strides(x)
     lay = None if sx is None else layout(x.shape, sx, ndim)
     how = None if lay is None else plan(*lay, itemsize)
     copy = how is None
     if copy:            # C-contiguous: one leading dim, one normalized axis, row kernels
-        lay = layout(x.shape, _contiguous_strides(x.shape), ndim)
+        lay = layout(x.shape, contiguous_strides(x.shape), ndim)
         how = plan(*lay, itemsize)
     N, sn, lead = lay
     suffix, grid, block, smem, ld = how
@@ -479,13 +478,3 @@ def _plan_for(x, ndim, kd, itemsize, smem_optin=SMEM_LIMIT):
             (M, N, sn, *[n for n, _ in pad], *[s for _, s in pad]), ld, alt)
 
 
-def _contiguous_strides(shape):
-    out, s = [], 1
-    for n in reversed(shape):
-        out.append(s)
-        s *= max(n, 1)
-    return tuple(reversed(out))
-
-
-def _f64_bits(v) -> int:
-    return struct.unpack("<q", struct.pack("<d", float(v)))[0]

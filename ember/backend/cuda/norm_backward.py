@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .norm import SMEM_LIMIT, _f64_bits
-from .ops import _KERNEL_HELPERS, KERNEL_DTYPES, _Kernels
+from .norm import SMEM_LIMIT
+from .ops import _KERNEL_HELPERS, KERNEL_DTYPES, _Kernels, f64_bits
 
 LNB_SOURCE = _KERNEL_HELPERS + r"""
 __device__ __forceinline__ float ember_lnb_sqrt(float v) { return sqrtf(v); }
@@ -331,7 +331,7 @@ def layer_norm_backward_impl(cp, xp):
             part = cp.empty((2, grid, N), ct) if sums else dx
             flags = (1 if has_weight else 0) | (2 if sums else 0)
             kernels.launch("ember_lnb_" + suffix.format(kd), grid, block,
-                           (g, x, wv, dx, part), (M, N, _f64_bits(eps)), (flags,), smem)
+                           (g, x, wv, dx, part), (M, N, f64_bits(eps)), (flags,), smem)
             if sums:
                 tot = cp.empty((2, N), ct)
                 kernels.launch(f"ember_lnb_cols_{'f64' if ct == _F64 else 'f32'}",

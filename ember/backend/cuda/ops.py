@@ -16,11 +16,14 @@ ml_dtypes' own bf16 arithmetic) do. Views and matmul (cuBLAS runs bf16) take bf1
 from __future__ import annotations
 
 import inspect
+import struct
 import threading
 import types
 
 import ml_dtypes
 import numpy as np
+
+from ...kernel.strides import with_element_strides
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F32 = np.dtype(np.float32)
@@ -709,30 +712,19 @@ def _fmt(n_ptr, n_i64, n_i32):
     return f
 
 
-def _elem_strides(a):
-    """``a``'s strides in elements, or None when one is not a whole number of them."""
-    size = a.itemsize
-    out = []
-    for s in a.strides:
-        if s % size:
-            return None
-        out.append(s // size)
-    return out
+def f64_bits(v) -> int:
+    """A double parameter as `_Kernels.launch` passes it: its bits in a 64-bit slot (the
+    kernel reads them back with ``__longlong_as_double``)."""
+    return struct.unpack("<q", struct.pack("<d", float(v)))[0]
 
 
 def _ce_operands(cp, x, t):
     """(x with whole-element strides, t as int32/int64, their strides): what the kernels
     read (no copies for the usual operands)."""
-    sx = _elem_strides(x)
-    if sx is None:
-        x = cp.ascontiguousarray(x)
-        sx = _elem_strides(x)
+    x, sx = with_element_strides(x, cp.ascontiguousarray)
     if t.dtype not in _INDEX_DTYPES:
         t = t.astype(np.int64)
-    st = _elem_strides(t)
-    if st is None:
-        t = cp.ascontiguousarray(t)
-        st = _elem_strides(t)
+    t, st = with_element_strides(t, cp.ascontiguousarray)
     return x, sx, t, st[0]
 
 
@@ -790,10 +782,7 @@ def _ce_bwd_impl(cp, xp):
             _ce_empty_classes(M, C)
             return out
         x, sx, t, st = _ce_operands(cp, x, t)
-        sg = _elem_strides(g)
-        if sg is None:
-            g = cp.ascontiguousarray(g)
-            sg = _elem_strides(g)
+        g, sg = with_element_strides(g, cp.ascontiguousarray)
         mode, grid, block = _ce_launch(M, C)
         kernels.launch(f"ember_ce_bwd_{kd}_{_INDEX_DTYPES[t.dtype]}_{mode}", grid, block,
                        (g, x, t, out), (M, C, sg[0], sx[0], sx[1], st, int(ignore_index)))
@@ -830,10 +819,7 @@ def _max_pool_impl(nd, with_indices):
             idx = cp.empty(shape, np.int64) if with_indices else None
             total = n * c * oh * ow
             if total:
-                sx = _elem_strides(x4)
-                if sx is None:
-                    x4 = cp.ascontiguousarray(x4)
-                    sx = _elem_strides(x4)
+                x4, sx = with_element_strides(x4, cp.ascontiguousarray)
                 threads = 256
                 grid = min(-(-total // threads), _GRID_CAP)
                 i64s = (total, c, h, w, oh, ow, *sx)
@@ -883,13 +869,8 @@ def _max_pool_backward_impl(cp, xp):
         if total:
             if indices.dtype != i64:
                 indices = indices.astype(i64)
-            sg, si = _elem_strides(g), _elem_strides(indices)
-            if sg is None:
-                g = cp.ascontiguousarray(g)
-                sg = _elem_strides(g)
-            if si is None:
-                indices = cp.ascontiguousarray(indices)
-                si = _elem_strides(indices)
+            g, sg = with_element_strides(g, cp.ascontiguousarray)
+            indices, si = with_element_strides(indices, cp.ascontiguousarray)
             if nd == 1:
                 sg, si = (sg[0], sg[1], 0, sg[2]), (si[0], si[1], 0, si[2])
             oh, ow = (1,) + g.shape[2:] if nd == 1 else g.shape[2:]

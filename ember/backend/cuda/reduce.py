@@ -23,6 +23,7 @@ import numpy as np
 
 from ... import dtype as dt
 from ...kernel import ir
+from ...kernel.strides import element_strides
 from ..fusion.lower import collapse, load_expr
 
 __all__ = ["EagerReduce", "reduce_kernel", "OPS", "MAX_WORK", "MAX_PLANS"]
@@ -147,15 +148,15 @@ class EagerReduce:
     def _plan(self, op, x, attrs, meta):
         if x.size == 0 or x.size > MAX_WORK or 0 in meta[0]:
             return None
-        item = x.itemsize
-        if any(s % item for s in x.strides):
+        st = element_strides(x)
+        if st is None:
             return None
         rt = self._runtime()
         if rt is None:
             return None
         try:
             xd = dt.from_numpy(x.dtype)
-            kernel = reduce_kernel(op.name, x.shape, tuple(s // item for s in x.strides), xd,
+            kernel = reduce_kernel(op.name, x.shape, st, xd,
                                    attrs["dims"], meta[1])
             if kernel is None:
                 return None

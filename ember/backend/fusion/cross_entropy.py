@@ -27,8 +27,8 @@ from ... import dtype as dt
 from ...errors import IndexError_
 from ...kernel import ir, mathlib
 from ...kernel import lower_ops as L
+from ...kernel.strides import element_strides
 from . import stats as _stats
-from .lower import element_strides
 from .runtime import launcher_of
 from .stats import counts as _counts
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ... import dtype as dt
 from ...kernel import ir
+from ...kernel.strides import contiguous_strides  # noqa: F401  (L.contiguous_strides)
 
 
 # -- index maps -----------------------------------------------------------------------------
@@ -27,23 +28,6 @@ def identity(shape) -> tuple:
         else:
             rows.append((tuple(1 if k == d else 0 for k in range(n)), 0))
     return tuple(rows)
-
-
-def contiguous_strides(shape) -> tuple:
-    out, s = [], 1
-    for n in reversed(shape):
-        out.append(s)
-        s *= n
-    return tuple(reversed(out))
-
-
-def element_strides(a):
-    """Array ``a``'s strides in elements, or None where one is no multiple of the itemsize
-    (a view that kernels cannot index)."""
-    item = a.itemsize
-    if any(s % item for s in a.strides):
-        return None
-    return tuple(s // item for s in a.strides)
 
 
 def compose(terms_rows, imap, in_shape, n_iter) -> tuple:

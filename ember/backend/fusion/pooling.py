@@ -33,8 +33,8 @@ import numpy as np
 from ... import dtype as dt
 from ...kernel import ir
 from ...kernel import lower_ops as L
+from ...kernel.strides import element_strides
 from . import stats as _stats
-from .lower import element_strides
 from .runtime import launcher_of
 from .stats import counts as _counts
 

@@ -30,6 +30,7 @@ from .lower import split_broadcast
 from .planner import RED, PNode, Planner, _KernelStep, scalar_tag, strict_mode
 from .runtime import launcher_of
 from ...kernel.buffer_pool import default_pool
+from ...kernel.strides import with_element_strides
 
 # a kernel output in pooled memory: reusable in place when no other view reaches its block
 _pool_sole_view = default_pool().owns_exclusively
@@ -465,13 +466,9 @@ def _describe(sub, targets):
 def _ext(v, inner):
     """An external buffer as an array the kernels can read, and its signature (``inner``:
     the inner backend, which owns the array library)."""
-    arr = v if type(v) is np.ndarray else inner.as_array(v)
-    isz = arr.itemsize
-    st = arr.strides
-    if any(s % isz for s in st):
-        arr = inner.ascontiguous(arr)
-        st = arr.strides
-    return arr, (arr.shape, dt.from_numpy(arr.dtype), tuple(s // isz for s in st))
+    arr, st = with_element_strides(v if type(v) is np.ndarray else inner.as_array(v),
+                                   inner.ascontiguous)
+    return arr, (arr.shape, dt.from_numpy(arr.dtype), st)
 
 
 _warned = set()
