@@ -475,6 +475,13 @@ def _pool_check(op, x, nd, kernel, stride, padding, dilation, ceil_mode):
     return osz
 
 
+def pool_channels_last(a) -> bool:
+    """The pooling ops' layout rule: their results (and max pooling's gradient) keep
+    channels innermost where ``a``'s are (a conv's output), so what follows reads one
+    layout; any other layout gives [N, C, *S]. Every backend's form follows it."""
+    return a.ndim > 2 and a.shape[1] > 1 and a.strides[1] == a.itemsize and a.size > 0
+
+
 def _max_windows(x, kernel, stride, padding, dilation, ceil_mode, nd, xp=np):
     """The output size, whether the input was padded, the pooling windows as one contiguous
     array ``[K, *out_shape]`` (kernel offset first, so the reductions below are elementwise
@@ -488,7 +495,7 @@ def _max_windows(x, kernel, stride, padding, dilation, ceil_mode, nd, xp=np):
     hi = tuple(max(0, (o - 1) * s + d * (k - 1) + 1 - n - p) for o, s, d, k, n, p in
                zip(osz, stride, dilation, kernel, size, padding))
     padded = any(padding) or any(hi)
-    cl = x.shape[1] > 1 and x.strides[1] == x.itemsize and x.size > 0
+    cl = pool_channels_last(x)
     order = (0,) + tuple(range(2, 2 + nd)) + (1,) if cl else tuple(range(2 + nd))
     if padded:
         full = x.shape[:2] + tuple(n + p + h for n, p, h in zip(size, padding, hi))
@@ -615,7 +622,7 @@ def _max_pool_backward_np(g, indices, input_size, disjoint=False, *, xp=np):
     # The gradient is laid out as the pooled input was (the indices are): channels innermost
     # after a conv, so the elementwise backward ops upstream (relu's mask) and the conv's
     # own backward read matching layouts (mixed layouts cost NumPy several times the pass)
-    cl = c > 1 and indices.ndim > 2 and indices.strides[1] == indices.itemsize
+    cl = pool_channels_last(indices)
     if cl:   # flat position in an [N, *S, C] buffer: (n * plane + p) * C + c
         base = (xp.arange(0, n * plane * c, plane * c, dtype=np.int64).reshape(
             (n, 1) + (1,) * nd) + xp.arange(c, dtype=np.int64).reshape((1, c) + (1,) * nd))

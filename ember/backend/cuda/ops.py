@@ -813,7 +813,7 @@ def _max_pool_impl(nd, with_indices):
             oh, ow = (N.pool_out_size(f"max_pool{nd}d", size, k, s, p, d, ceil_mode)
                       for size, k, s, p, d in zip((h, w), k4, s4, p4, d4))
             # the reference's layout: channels innermost when the input's are
-            cl = c > 1 and x4.strides[1] == x4.itemsize and x4.size > 0
+            cl = N.pool_channels_last(x4)
             shape = (n, oh, ow, c) if cl else (n, c, oh, ow)
             vals = cp.empty(shape, x4.dtype)
             idx = cp.empty(shape, np.int64) if with_indices else None
@@ -859,7 +859,7 @@ def _max_pool_backward_impl(cp, xp):
         for s_ in input_size:
             plane *= s_
         # the reference's layout: channels innermost when the indices' are
-        cl = c > 1 and indices.ndim > 2 and indices.strides[1] == indices.itemsize
+        cl = N.pool_channels_last(indices)
         shape = (n,) + tuple(input_size) + (c,) if cl else (n, c) + tuple(input_size)
         out = cp.ndarray(shape, g.dtype)
         if out.size:

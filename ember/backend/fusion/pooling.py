@@ -34,6 +34,7 @@ from ... import dtype as dt
 from ...kernel import ir
 from ...kernel import lower_ops as L
 from ...kernel.strides import element_strides
+from ...ops.nn import pool_channels_last
 from . import stats as _stats
 from .runtime import launcher_of
 from .stats import counts as _counts
@@ -139,11 +140,6 @@ def _inverse(order):
     return tuple(int(i) for i in np.argsort(order))
 
 
-def _channels_last(a) -> bool:
-    """The NumPy forms' layout rule: channels innermost when the tensor's are."""
-    return a.shape[1] > 1 and a.strides[1] == a.itemsize
-
-
 def _forward_kernel(x, attrs, out_shape, kind):
     """(the kernel, the iteration order of the output's dims, the number of input views)."""
     kernel, stride = tuple(attrs["kernel"]), tuple(attrs["stride"])
@@ -157,7 +153,7 @@ def _forward_kernel(x, attrs, out_shape, kind):
     est = element_strides(x)
     if n_off > MAX_OFFSETS or est is None:
         return None
-    order = (0,) + tuple(range(2, 2 + nd)) + (1,) if _channels_last(x) else \
+    order = (0,) + tuple(range(2, 2 + nd)) + (1,) if pool_channels_last(x) else \
         tuple(range(2 + nd))
     shape = tuple(out_shape[i] for i in order)
     pos = {d: i for i, d in enumerate(order)}          # logical dim -> iteration dim
@@ -207,7 +203,7 @@ def _backward_kernel(prims, attrs, _out_shape, _kind):
     gst, ist = element_strides(g), element_strides(idx)
     if gst is None or ist is None or idx.dtype.kind not in "iu":
         return None
-    cl = _channels_last(idx) and g.ndim > 2
+    cl = pool_channels_last(idx)
     order = (0,) + tuple(range(2, 2 + nd)) + (1,) if cl else tuple(range(2 + nd))
     # iteration dims: N, then per spatial dim (out, offset), and C first or last
     dims, g_str, i_str = [], [], []
