@@ -19,7 +19,6 @@ batch or class dim runs on the inner backend.
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 
@@ -28,8 +27,7 @@ from ...errors import IndexError_
 from ...kernel import ir, mathlib
 from ...kernel import lower_ops as L
 from ...kernel.strides import element_strides
-from . import stats as _stats
-from .runtime import launcher_of
+from .runtime import compile_counted, launcher_of
 from .stats import counts as _counts
 
 OPS = {"cross_entropy_rows": "forward", "cross_entropy_rows_backward": "backward"}
@@ -92,11 +90,7 @@ class CrossEntropyKernels:
                                dt.from_numpy(t.dtype), ignore,
                                None if g is None else (gs, dt.from_numpy(g.dtype)))
             rt = self.runtime
-            t0 = time.perf_counter()
-            programs = [rt.compile(k) for k in kernels]
-            _stats.add("compile_time_s", time.perf_counter() - t0)
-            _stats.add("compiles", len(programs))
-            launch = tuple(launcher_of(rt, p) for p in programs)
+            launch = tuple(launcher_of(rt, p) for p in compile_counted(rt, kernels))
         with self._lock:
             if len(self._launchers) >= 256:
                 self._launchers.clear()

@@ -25,7 +25,6 @@ than `MAX_OFFSETS` offsets, bool or empty tensors) returns None: the inner backe
 from __future__ import annotations
 
 import threading
-import time
 import weakref
 
 import numpy as np
@@ -35,8 +34,7 @@ from ...kernel import ir
 from ...kernel import lower_ops as L
 from ...kernel.strides import element_strides
 from ...ops.nn import pool_channels_last
-from . import stats as _stats
-from .runtime import launcher_of
+from .runtime import compile_counted, launcher_of
 from .stats import counts as _counts
 
 #: windows of more offsets run on the inner backend (a load and three selects each)
@@ -110,10 +108,7 @@ class PoolKernels:
         launch = None
         if made is not None:
             kernel, order, extra = made
-            t0 = time.perf_counter()
-            program = self.runtime.compile(kernel)
-            _stats.add("compile_time_s", time.perf_counter() - t0)
-            _stats.add("compiles")
+            (program,) = compile_counted(self.runtime, (kernel,))
             launch = (launcher_of(self.runtime, program), order, extra)
         with self._lock:
             if len(self._launchers) >= 512:

@@ -28,7 +28,7 @@ from ...ops.registry import OPS
 from . import stats as S  # the module (the package re-exports stats() the function)
 from .lower import split_broadcast
 from .planner import RED, PNode, Planner, _KernelStep, scalar_tag, strict_mode
-from .runtime import launcher_of
+from .runtime import compile_counted, launcher_of
 from ...kernel.buffer_pool import default_pool
 from ...kernel.strides import with_element_strides
 
@@ -495,10 +495,7 @@ def _compile(plan, runtime):
             ks = s.split
         else:
             ks = (k,)
-        t0 = time.perf_counter()
-        s.programs = tuple(runtime.compile(x) for x in ks)
-        S.add("compile_time_s", time.perf_counter() - t0)
-        S.add("compiles", len(ks))
+        s.programs = compile_counted(runtime, ks)
 
 
 def _log_plan(plan, sub, runtime):
