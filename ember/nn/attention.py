@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import ember as em
 from ember.errors import ConfigError, ShapeError
-from ember.ops.attention import ATTENTION
+from ember.ops.attention import ATTENTION, causal_hidden, misfit
 from ember.tensor.dispatch import apply
 
 from ._util import lowest, make_config, positive_int, probability
@@ -102,25 +102,15 @@ def _apply_masks(scores, mask_pad, mask_attn, causal, offset):
         else:
             scores = scores + m.cast(scores.dtype)
     if causal:
-        scores = scores.mask_fill(_causal_any(lq, lk, offset, scores.device), fill)
+        scores = scores.mask_fill(causal_hidden(lq, lk, offset, scores.device), fill)
     return scores
 
 
-def _causal_any(lq, lk, offset, device):
-    j = em.arange(lk, device=device).reshape(1, lk)
-    i = (em.arange(lq, device=device) + offset).reshape(lq, 1)
-    return j > i
-
-
 def _fits_primitive(q, k, v) -> bool:
-    """Whether ``q``, ``k``, ``v`` are what the ``attention`` primitive takes (one float
-    dtype, >= 2 dims, the same leading dims): then it computes what the composite does, as
-    one op each way (ember/ops/attention.py); else the composite runs."""
-    d = q._dtype
-    return d.kind == "float" and k._dtype is d and v._dtype is d and \
-        len(q._shape) >= 2 and q._shape[:-2] == k._shape[:-2] == v._shape[:-2] and \
-        len(k._shape) == len(q._shape) == len(v._shape) and q._shape[-1] == k._shape[-1] and \
-        k._shape[-2] == v._shape[-2]
+    """Whether ``q``, ``k``, ``v`` are what the ``attention`` primitive takes (its own
+    rule, `ember.ops.attention.misfit`): then it computes what the composite does, as one
+    op each way; else the composite runs (and raises where the inputs are wrong)."""
+    return misfit(q, k, v) is None
 
 
 def quiet_softmax(x, dim: int = -1):
@@ -148,7 +138,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     fill = lowest(scores.dtype)
     lq, lk = scores.shape[-2], scores.shape[-1]
     if is_causal:
-        scores = scores.mask_fill(_causal_any(lq, lk, 0, scores.device), fill)
+        scores = scores.mask_fill(causal_hidden(lq, lk, 0, scores.device), fill)
     if attn_mask is not None:
         if attn_mask.dtype == em.bool:
             scores = scores.mask_fill(~attn_mask, fill)

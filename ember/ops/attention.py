@@ -50,28 +50,40 @@ def _check_attrs(scale, causal, offset):
                          f"got {type(offset).__name__} {offset!r}")
 
 
+def misfit(q, k, v):
+    """Why Tensors ``q``, ``k``, ``v`` are not what `attention` takes, as the error to
+    raise, or None (`ember.nn` asks before choosing the primitive over the composite)."""
+    for t, what in ((q, "query"), (k, "key"), (v, "value")):
+        if t._dtype.kind != "float":
+            try:
+                require_kind(_OP, t._dtype, "float", f"the {what}")
+            except DTypeError as e:
+                return e
+    (sq, dq), (sk, dk), (sv, dv) = ((t._shape, t._dtype) for t in (q, k, v))
+    if not dq is dk is dv:
+        return DTypeError(f"{_OP}: query {dq.short}, key {dk.short} and value {dv.short} "
+                          f"must have one float dtype; cast them first")
+    if not (len(sq) == len(sk) == len(sv) >= 2) or not sq[:-2] == sk[:-2] == sv[:-2]:
+        return ShapeError(f"{_OP}: query {sq}, key {sk} and value {sv} must be [..., Lq, D], "
+                          f"[..., Lk, D] and [..., Lk, Dv] with the same leading dims (at "
+                          f"least 2 dims each; no broadcasting)")
+    if sq[-1] != sk[-1] or sk[-2] != sv[-2]:
+        return ShapeError(f"{_OP}: query {sq} and key {sk} must share the last dim D, and "
+                          f"key and value {sv} the key count Lk (dim -2)")
+    return None
+
+
 def _infer(q, k, v, scale, causal, offset):
     _check_attrs(scale, causal, offset)
-    metas = []
     for t, what in ((q, "query"), (k, "key"), (v, "value")):
-        try:
-            metas.append((t._shape, t._dtype))
-        except AttributeError:
+        if not hasattr(t, "_shape"):
             raise DTypeError(f"{_OP}: expects a Tensor as the {what}, got "
-                             f"{type(t).__name__}") from None
-        if t._dtype.kind != "float":
-            require_kind(_OP, t._dtype, "float", f"the {what}")
-    (sq, dq), (sk, dk), (sv, dv) = metas
-    if not dq is dk is dv:
-        raise DTypeError(f"{_OP}: query {dq.short}, key {dk.short} and value {dv.short} must "
-                         f"have one float dtype; cast them first")
-    if not (len(sq) == len(sk) == len(sv) >= 2) or not sq[:-2] == sk[:-2] == sv[:-2]:
-        raise ShapeError(f"{_OP}: query {sq}, key {sk} and value {sv} must be [..., Lq, D], "
-                         f"[..., Lk, D] and [..., Lk, Dv] with the same leading dims (at "
-                         f"least 2 dims each; no broadcasting)")
-    if sq[-1] != sk[-1] or sk[-2] != sv[-2]:
-        raise ShapeError(f"{_OP}: query {sq} and key {sk} must share the last dim D, and key "
-                         f"and value {sv} the key count Lk (dim -2)")
+                             f"{type(t).__name__}")
+    err = misfit(q, k, v)
+    if err is not None:
+        raise err
+    sq, sk, sv = q._shape, k._shape, v._shape
+    dq = q._dtype
     lead = sq[:-2]
     return [(lead + (sq[-2], sv[-1]), dq), (lead + (sq[-2], sk[-2]), dq)]
 
@@ -96,9 +108,9 @@ def _numpy(q, k, v, *, scale, causal, offset, xp=np):
     return out.astype(src, copy=False), p.astype(src, copy=False)
 
 
-def _hidden(lq, lk, offset, device):
-    """`causal_mask` as an ember bool Tensor on ``device`` (made by creation ops, as the
-    composite did)."""
+def causal_hidden(lq, lk, offset, device):
+    """`causal_mask` as an ember bool Tensor on ``device``, made by creation ops (the
+    composite's, and MultiHeadAttention's where it runs the composite)."""
     j = api.arange(lk, device=device).reshape(1, lk)
     i = (api.arange(lq, device=device) + offset).reshape(lq, 1)
     return j > i
@@ -111,7 +123,7 @@ def _decompose(q, k, v, *, scale, causal, offset):
     s = (qf @ kf.swap_dims(-1, -2)) * scale
     if causal:
         lq, lk = s._shape[-2], s._shape[-1]
-        s = s.mask_fill(_hidden(lq, lk, offset, s.device), lowest(s._dtype.np))
+        s = s.mask_fill(causal_hidden(lq, lk, offset, s.device), lowest(s._dtype.np))
     p = api.softmax(s, -1)
     return _sm_down(p @ vf, src), _sm_down(p, src)
 
@@ -130,7 +142,7 @@ def _vjp(g, inputs, out, scale, causal, offset, needs):
         lq, lk = p._shape[-2], p._shape[-1]
         if causal and offset < 0 and lq and lk:
             # queries i < -offset see no key: uniform weights that no score moves
-            ds = ds.mask_fill(_hidden(lq, lk, offset, ds.device), 0.0)
+            ds = ds.mask_fill(causal_hidden(lq, lk, offset, ds.device), 0.0)
         if needs[0]:
             dq = _sm_down(ds @ _sm_up(k), src)
         if needs[1]:
@@ -145,4 +157,4 @@ ATTENTION = declare(
         "over [..., Lq, D], [..., Lk, D], [..., Lk, Dv] (f16/bf16 computed in f32); only "
         "the first output is differentiable")
 
-__all__ = ["ATTENTION", "causal_mask", "lowest"]
+__all__ = ["ATTENTION", "causal_hidden", "causal_mask", "lowest", "misfit"]
