@@ -1473,6 +1473,14 @@ def _ln_check_attrs(op, shape, ndim, eps):
         raise DTypeError(f"{op}: eps must be a float, got {type(eps).__name__} {eps!r}")
 
 
+def _ln_check_param(op, t, what, ns):
+    """A weight or bias input: a Tensor of the normalized shape ``ns``."""
+    if not hasattr(t, "_shape"):
+        raise DTypeError(f"{op}: expects a Tensor as {what}, got {type(t).__name__}")
+    if t._shape != ns:
+        raise ShapeError(f"{op}: {what} {t._shape} must have the normalized shape {ns}")
+
+
 def _ln_infer(x, *wb, ndim, eps, has_weight, has_bias):
     op = "layer_norm"
     shape, d = _float_tensor(op, x)
@@ -1484,10 +1492,7 @@ def _ln_infer(x, *wb, ndim, eps, has_weight, has_bias):
     ns = shape[len(shape) - ndim:]
     names = ("weight",) * bool(has_weight) + ("bias",) * bool(has_bias)
     for t, what in zip(wb, names):
-        if not hasattr(t, "_shape"):
-            raise DTypeError(f"{op}: expects a Tensor as {what}, got {type(t).__name__}")
-        if t._shape != ns:
-            raise ShapeError(f"{op}: {what} {t._shape} must have the normalized shape {ns}")
+        _ln_check_param(op, t, what, ns)
     return (shape, d)
 
 
@@ -1497,18 +1502,8 @@ def _layer_norm_numpy(x, *wb, ndim, eps, has_weight, has_bias, xp=np):
     if x.size == 0:
         return x.astype(src, copy=True)
     ct = _ct(x)
-    xc = x.astype(ct, copy=False)
     axes = tuple(range(x.ndim - ndim, x.ndim))
-    n = 1
-    for a in axes:
-        n *= x.shape[a]
-    inv = ct(1.0 / n)
-    mu = xp.multiply(_rsum_axes(xc, axes, xp), inv)
-    d = xp.subtract(xc, mu)
-    var = xp.multiply(_rsum_axes(xp.multiply(d, d), axes, xp), inv)
-    xp.add(var, ct(eps), out=var)
-    r = xp.sqrt(var)
-    r = xp.divide(ct(1.0), r)
+    d, r, _ = _ln_centered_numpy(x.astype(ct, copy=False), axes, eps, xp)
     y = xp.multiply(d, r, out=d)
     w, b = _ln_parts(wb, has_weight, has_bias)
     if w is not None:
@@ -1516,6 +1511,20 @@ def _layer_norm_numpy(x, *wb, ndim, eps, has_weight, has_bias, xp=np):
     if b is not None:
         xp.add(y, b.astype(ct, copy=False), out=y)
     return y.astype(src, copy=False)
+
+
+def _ln_centered_numpy(xf, axes, eps, xp):
+    """(x - mean, 1 / sqrt(biased var + eps), 1 / n) over ``axes`` of the compute-dtype
+    ``xf``: the forward's steps, which its backward repeats for the same bits."""
+    ct = xf.dtype.type
+    n = 1
+    for a in axes:
+        n *= xf.shape[a]
+    inv = ct(1.0 / n)
+    d = xp.subtract(xf, xp.multiply(_rsum_axes(xf, axes, xp), inv))
+    var = xp.multiply(_rsum_axes(xp.multiply(d, d), axes, xp), inv)
+    xp.add(var, ct(eps), out=var)
+    return d, xp.divide(ct(1.0), xp.sqrt(var)), inv
 
 
 def _rsum_axes(a, axes, xp):
@@ -1615,12 +1624,9 @@ def _lnb_infer(g, x, *w, ndim, eps, has_weight, has_bias):
     metas = [(shape, d)]
     if has_weight:
         wt = w[0]
-        if not hasattr(wt, "_shape"):
-            raise DTypeError(f"{op}: expects a Tensor as weight, got {type(wt).__name__}")
+        _ln_check_param(op, wt, "weight", ns)
         if wt._dtype.kind != "float":
             require_kind(op, wt._dtype, "float", "weight")
-        if wt._shape != ns:
-            raise ShapeError(f"{op}: weight {wt._shape} must have the normalized shape {ns}")
         metas.append((ns, wt._dtype))
     if has_bias:
         metas.append((ns, d if d is dt.float64 or d is dt.float32 else dt.float32))
@@ -1650,17 +1656,9 @@ def _layer_norm_backward_numpy(g, x, *w, ndim, eps, has_weight, has_bias, xp=np)
             out += (xp.zeros(ns, ct),)
         return out
     axes = tuple(range(k, x.ndim))
-    n = 1
-    for v in ns:
-        n *= v
-    inv = ct(1.0 / n)
-    xf = x.astype(ct, copy=False)
     gf = g.astype(ct, copy=False)
     # the steps of the decomposition (so NdArray gives its bits)
-    xc = xp.subtract(xf, xp.multiply(_rsum_axes(xf, axes, xp), inv))
-    var = xp.multiply(_rsum_axes(xp.multiply(xc, xc), axes, xp), inv)
-    xp.add(var, ct(eps), out=var)
-    rstd = xp.divide(ct(1.0), xp.sqrt(var))
+    xc, rstd, inv = _ln_centered_numpy(x.astype(ct, copy=False), axes, eps, xp)
     xhat = xp.multiply(xc, rstd, out=xc)
     gw = xp.multiply(gf, wt.astype(ct, copy=False)) if has_weight else gf
     m1 = xp.multiply(_rsum_axes(gw, axes, xp), inv)
