@@ -101,17 +101,24 @@ def _gpu_kernels(step, sync, steps: int) -> dict:
             step()
         sync()
     by_name: dict = {}
+    api: dict = {}
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
             d = by_name.setdefault(ev.name, [0, 0.0])
             d[0] += 1
             d[1] += ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time
+        elif ev.name.startswith("cu"):  # CUDA runtime/driver calls, as CUPTI saw them
+            d = api.setdefault(ev.name, [0, 0.0])
+            d[0] += 1
+            d[1] += ev.cpu_time_total
     busy_us = sum(v[1] for v in by_name.values()) / steps
     top = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:25]
     return {"gpu_busy_ms": busy_us / 1e3,
             "kernels_per_step": sum(v[0] for v in by_name.values()) / steps,
             "top": [{"name": k[:110], "calls_per_step": v[0] / steps,
-                     "us_per_step": v[1] / steps} for k, v in top]}
+                     "us_per_step": v[1] / steps} for k, v in top],
+            "api": [{"name": k[:80], "calls_per_step": v[0] / steps, "us_per_step": v[1] / steps}
+                    for k, v in sorted(api.items(), key=lambda kv: -kv[1][1])[:15]]}
 
 
 def _host_profile(step, sync, steps: int) -> str:
@@ -172,6 +179,9 @@ def main(argv=None) -> int:
         for who in ("ember_gpu", "torch_gpu"):
             print(f"  {who} top kernels:")
             for k in res[who]["top"][:12]:
+                print(f"    {k['us_per_step']:9.1f} us  x{k['calls_per_step']:5.1f}  {k['name']}")
+            print(f"  {who} host time in CUDA API calls:")
+            for k in res[who]["api"][:10]:
                 print(f"    {k['us_per_step']:9.1f} us  x{k['calls_per_step']:5.1f}  {k['name']}")
         print(f"  ember fusion counts per step: "
               f"{ {k: round(v, 1) for k, v in counts.items() if v} }")
