@@ -72,6 +72,23 @@ def add_at(out, where, values, xp=np):
     return acc.astype(out.dtype)
 
 
+def check_indices(a, size: int, message, xp=np) -> None:
+    """Raise `IndexError` with ``message(value)`` if a value of the int array ``a`` is outside
+    ``[0, size)``. On NumPy at once. A device namespace with a ``defer_index_check`` (Cuda's:
+    ember/backend/cuda/checks.py) queues the check on the device instead, and raises at the
+    next read: no synchronization on the op path. Elsewhere: one read of the range."""
+    if not a.size:
+        return
+    defer = getattr(xp, "defer_index_check", None)
+    if defer is not None and size > 0:      # (an empty dim: every value is out of range)
+        defer(a, size, message)
+        return
+    lo, hi = value_range(a, xp)
+    if lo < 0 or hi >= size:
+        from ..errors import IndexError_
+        raise IndexError_(message(lo if lo < 0 else hi))
+
+
 def value_range(a, xp=np) -> tuple[int, int]:
     """(min, max) of a non-empty int array as Python ints: on a device, one read of two values
     (a synchronization: index checks need the values on the host)."""

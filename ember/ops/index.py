@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._api import api
-from ._xp import add_at, value_range
+from ._xp import add_at, check_indices
 from .registry import declare
 from .rules import require_kind
 from .view import check_slices, np_slices
@@ -18,15 +18,12 @@ from ..errors import DTypeError, IndexError_, ShapeError
 
 
 def _check_range(op, idx, n, dim, xp=np):
-    """Raise IndexError_ if any value of ``idx`` is outside ``[0, n)`` (on a device, this
-    reads two values back: a synchronization)."""
-    if idx.size:
-        lo, hi = value_range(idx, xp)
-        if lo < 0 or hi >= n:
-            bad = lo if lo < 0 else hi
-            raise IndexError_(f"{op}: index {bad} is out of range for dim {dim} of size {n}; "
-                              f"valid: 0..{n - 1}" if n else
-                              f"{op}: index {bad} is out of range for dim {dim} of size 0")
+    """Raise IndexError_ if any value of ``idx`` is outside ``[0, n)`` (on Cuda at the next
+    read: `_xp.check_indices`)."""
+    check_indices(idx, n, lambda bad: f"{op}: index {bad} is out of range for dim {dim} of "
+                                      f"size {n}; valid: 0..{n - 1}" if n else
+                                      f"{op}: index {bad} is out of range for dim {dim} of "
+                                      f"size 0", xp)
 
 
 def _require_index(op, t, what="index"):
@@ -240,11 +237,9 @@ def _one_hot_infer(x, num_classes, dtype):
 
 
 def _one_hot_numpy(x, num_classes, dtype, *, xp=np):
-    if x.size:
-        lo, hi = value_range(x, xp)
-        if lo < 0 or hi >= num_classes:
-            raise IndexError_(f"one_hot: class {lo if lo < 0 else hi} is out of range for "
-                              f"num_classes={num_classes}; valid: 0..{num_classes - 1}")
+    check_indices(x, num_classes, lambda bad: f"one_hot: class {bad} is out of range for "
+                                              f"num_classes={num_classes}; valid: "
+                                              f"0..{num_classes - 1}", xp)
     return xp.asarray(x)[..., None] == xp.arange(num_classes)
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from .. import dtype as dt
 from ..errors import DTypeError, IndexError_, ShapeError
 from ._api import api, run_op
-from ._xp import add_at, as_strided, device_array, value_range, weighted_bincount
+from ._xp import add_at, as_strided, check_indices, device_array, weighted_bincount
 from .registry import declare
 from .rules import require_kind, same_dtype
 
@@ -1060,12 +1060,8 @@ INTERPOLATE_BACKWARD = declare(
 
 # -- embedding ------------------------------------------------------------------------------
 def _check_indices(op, indices, n, xp=np):
-    if indices.size:
-        lo, hi = value_range(indices, xp)
-        if lo < 0 or hi >= n:
-            bad = lo if lo < 0 else hi
-            raise IndexError_(f"{op}: index {int(bad)} is out of range for {n} embeddings; "
-                              f"valid: 0..{n - 1}")
+    check_indices(indices, n, lambda bad: f"{op}: index {bad} is out of range for {n} "
+                                          f"embeddings; valid: 0..{n - 1}", xp)
 
 
 def _embedding_np(weight, indices, *, xp=np):
@@ -1136,6 +1132,12 @@ def _ce_check(op, x, t):
                          f"{x._shape}: shape {x._shape[:1]}")
 
 
+def ce_target_message(bad: int, classes: int, ignore_index) -> str:
+    """The error of a target class out of range (every backend's check says this)."""
+    return (f"cross_entropy: target class {bad} is out of range for {classes} classes; "
+            f"valid: 0 .. {classes - 1}, or ignore_index {ignore_index}")
+
+
 def _ce_rows(x, t, ignore_index, xp):
     """(the target rows' valid mask, safe class per row, log-sum-exp per row, x in the
     compute dtype): shared by the forward and the backward."""
@@ -1144,9 +1146,7 @@ def _ce_rows(x, t, ignore_index, xp):
         c = x.shape[1]
         bad = valid & ((t < 0) | (t >= c))
         if bad.any():
-            raise IndexError_(f"cross_entropy: target class {int(t[bad][0])} is out of range "
-                              f"for {c} classes; valid: 0 .. {c - 1}, or ignore_index "
-                              f"{ignore_index}")
+            raise IndexError_(ce_target_message(int(t[bad][0]), c, ignore_index))
     xc = x.astype(_ct(x), copy=False)
     safe = xp.where(valid, t, 0)
     m = xc.max(axis=1, keepdims=True) if xc.shape[1] else xp.zeros((xc.shape[0], 1), xc.dtype)

@@ -27,6 +27,7 @@ from ..base import Backend
 from . import _cupy, memory
 from . import eager as _eager
 from . import reduce as _reduce
+from .checks import DeferredChecks
 from .matmul import CublasMatmul
 from .ops import BF16, BF16_NATIVE, F32, direct_path, namespace, resolve
 from .streams import StreamOrder
@@ -54,7 +55,9 @@ class Cuda(Backend):
         super().__init__()
         self.cp = cp
         #: the array namespace the op references run with
-        self.xp = namespace(cp, matmul=CublasMatmul(cp))
+        #: index checks queued on the device, raised at the next read (`checks.py`)
+        self._checks = DeferredChecks(cp)
+        self.xp = namespace(cp, matmul=CublasMatmul(cp), defer_index_check=self._checks)
         self._ndarray = cp.ndarray
         self._oom = cp.cuda.memory.OutOfMemoryError
         self._runners = {}
@@ -244,15 +247,26 @@ class Cuda(Backend):
             raise memory.out_of_memory(self.cp, "from_numpy", e, device.index) from None
         return out
 
-    def _scope_of(self, prim):
+    def _scope_of(self, prim, leaving: bool = True):
         """The calling thread's scope on ``prim``'s device, with its stream ordered after the
-        array's last use on another thread's stream."""
+        array's last use on another thread's stream. ``leaving``: the value leaves ember (a
+        read, an export), so the index checks this thread queued on that device raise first
+        (`checks.py`)."""
         index = prim.data.device_id
         scope = self._tls.__dict__.get(index) or self.scope(index)
         if scope.order.tracking:
             with scope:
                 scope.order.before(scope, (prim,))
+        if leaving:
+            self._raise_found(scope)
         return scope
+
+    def _raise_found(self, scope):
+        """Raise what this thread's index checks on the scope's device found (one small read
+        on its stream, only where checks are pending)."""
+        if self._checks.pending(scope.index):
+            with scope:
+                self._checks.raise_found(scope.index)
 
     def to_numpy(self, prim):
         scope = self._scope_of(prim)
@@ -281,7 +295,7 @@ class Cuda(Backend):
         stream (what Fusion does with a buffer its kernels cannot index)."""
         if prim.flags.c_contiguous:
             return prim
-        scope = self._scope_of(prim)
+        scope = self._scope_of(prim, leaving=False)
         try:
             with scope:
                 out = self.cp.ascontiguousarray(prim)
@@ -316,6 +330,7 @@ class Cuda(Backend):
         """Wait for all work queued on the device, by every thread."""
         with self.cp.cuda.Device(device.index):
             self.cp.cuda.Device(device.index).synchronize()
+        self._raise_found(self._tls.__dict__.get(device.index) or self.scope(device.index))
 
     # -- random streams -------------------------------------------------------------------
     def _rng(self, device):

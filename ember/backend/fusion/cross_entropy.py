@@ -27,6 +27,7 @@ from ...errors import IndexError_
 from ...kernel import ir, mathlib
 from ...kernel import lower_ops as L
 from ...kernel.strides import element_strides
+from ...ops.nn import ce_target_message
 from .runtime import compile_counted, launcher_of
 from .stats import counts as _counts
 
@@ -73,12 +74,12 @@ class CrossEntropyKernels:
             bad = k_pick([t])[0]
             dx = k_last([x, lse, t, g])[0]
             _counts().kernels += 4
-            _check_targets(bad, t, x.shape[1])
+            _check_targets(bad, t, x.shape[1], ignore)
             return dx
         picked = k_pick([x, t])[0]
         loss, valid, bad = k_last([lse, picked, t])
         _counts().kernels += 4
-        _check_targets(bad, t, x.shape[1])
+        _check_targets(bad, t, x.shape[1], ignore)
         return loss, valid
 
     def _build(self, key, x, t, g, ignore):
@@ -98,10 +99,9 @@ class CrossEntropyKernels:
         return launch
 
 
-def _check_targets(bad, t, c):
+def _check_targets(bad, t, c, ignore):
     if bad.any():
-        raise IndexError_(f"cross_entropy: target class {int(t[bad][0])} is out of range for "
-                          f"{c} classes; valid: 0 .. {c - 1}, or the ignore_index")
+        raise IndexError_(ce_target_message(int(t[bad][0]), c, ignore))
 
 
 def _kernels(shape, xs, xd, ts, td, ignore, grad):

@@ -1,0 +1,143 @@
+"""Index checks on the device (ember/backend/cuda/checks.py): an out-of-range index raises
+`ember.errors.IndexError` at the next read or sync on that thread, with the op's message,
+and the op path never reads the index range back. The check kernels' source compiles with
+NVRTC wherever it is found; the rest runs on a GPU and is skipped by name elsewhere."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember as em
+from ember import nn
+from ember.backend.cuda import checks
+from ember.errors import IndexError_
+from ember.kernel.cuda.compiler import default_arch
+from ember.ops import _xp
+from tests.kernel_cuda._util import nvrtc_or_skip
+
+gpu = pytest.mark.skipif(not em.cuda.is_available(),
+                         reason=f"cuda: {em.cuda.why_unavailable()}")
+STACKS = {"cuda": dict(fusion=False), "fusion(cuda)": dict(fusion=True)}
+
+
+# -- without a GPU ------------------------------------------------------------------------
+def test_check_source_compiles(tmp_path):
+    c = nvrtc_or_skip(tmp_path).build(checks.CHECK_SOURCE, default_arch())
+    missing = [n for n in checks.check_kernel_names() if n.encode() not in c.binary]
+    assert not missing, f"entry points the host code launches but the binary lacks: {missing}"
+
+
+def test_check_indices_defers_to_a_namespace_that_checks_on_its_device():
+    queued = []
+
+    class Deferring:        # a device namespace: value_range must not be asked
+        stack = staticmethod(np.stack)
+
+        @staticmethod
+        def defer_index_check(a, size, message):
+            queued.append((a.tolist(), size, message(7)))
+
+    _xp.check_indices(np.array([0, 7]), 5, lambda bad: f"op: index {bad}", Deferring)
+    assert queued == [([0, 7], 5, "op: index 7")]
+    # an empty dim: every value is out of range, raised at once (one read)
+    with pytest.raises(IndexError_, match="op: index 0"):
+        _xp.check_indices(np.array([0]), 0, lambda bad: f"op: index {bad}", Deferring)
+    with pytest.raises(IndexError_, match="op: index -1"):
+        _xp.check_indices(np.array([3, -1]), 5, lambda bad: f"op: index {bad}", np)
+    _xp.check_indices(np.array([], np.int64), 0, lambda bad: "never", np)
+
+
+# -- on a GPU -------------------------------------------------------------------------------
+@pytest.fixture
+def no_range_reads(monkeypatch):
+    """The op path must not read an index range back (a synchronization)."""
+    def refuse(a, xp=np):
+        if xp is not np:
+            raise AssertionError("an index range was read back from the device")
+        return int(a.min()), int(a.max())
+    monkeypatch.setattr(_xp, "value_range", refuse)
+
+
+def _cases(dev):
+    w = em.tensor(np.arange(12, dtype=np.float32).reshape(4, 3), device=dev)
+    x = em.tensor(np.arange(6, dtype=np.float32).reshape(2, 3), device=dev)
+    logits = em.tensor(np.zeros((2, 4), np.float32), device=dev)
+    return {
+        "embedding": (lambda i: em.embedding(w, i), [[0, 9]], np.int64,
+                      "embedding: index 9 is out of range for 4 embeddings; valid: 0..3"),
+        "index_select": (lambda i: x.index_select(1, i), [2, -1], np.int32,
+                         "index_select: index -1 is out of range for dim 1 of size 3"),
+        "gather": (lambda i: x.gather(1, i), [[0, 1], [3, 0]], np.int64,
+                   "gather: index 3 is out of range for dim 1 of size 3"),
+        "one_hot": (lambda i: em.one_hot(i, 3), [1, 200], np.uint8,
+                    "one_hot: class 200 is out of range for num_classes=3"),
+        "cross_entropy": (lambda i: nn.functional.cross_entropy(logits, i), [-100, 4],
+                          np.int64, "cross_entropy: target class 4 is out of range for 4 "
+                                    "classes; valid: 0 .. 3, or ignore_index -100"),
+    }
+
+
+@gpu
+@pytest.mark.parametrize("stack", list(STACKS))
+@pytest.mark.parametrize("op", ["embedding", "index_select", "gather", "one_hot",
+                                "cross_entropy"])
+def test_bad_index_raises_at_the_next_read(stack, op, no_range_reads):
+    dev = em.device("cuda", **STACKS[stack])
+    fn, bad, dtype, msg = _cases(dev)[op]
+    out = fn(em.tensor(np.array(bad, dtype), device=dev))      # queued: no raise, no read
+    with pytest.raises(IndexError_) as info:
+        out.numpy()
+    text = str(info.value)
+    assert msg in text and "found on cuda:" in text, text
+    # raised once: the device goes on, and good indices read fine
+    good = [[0, 1]] if op in ("embedding",) else [[0, 1], [2, 0]] if op == "gather" else \
+        [-100, 3] if op == "cross_entropy" else [1, 2]
+    assert fn(em.tensor(np.array(good, dtype), device=dev)).numpy() is not None
+
+
+@gpu
+def test_sync_raises_what_the_checks_found(no_range_reads):
+    dev = em.device("cuda")
+    w = em.tensor(np.ones((4, 2), np.float32), device=dev)
+    em.embedding(w, em.tensor(np.array([4]), device=dev))
+    with pytest.raises(IndexError_, match="index 4 is out of range for 4 embeddings"):
+        em.sync(dev)
+    em.sync(dev)                                           # reported once
+
+
+@gpu
+def test_largest_unsigned_index_is_out_of_range(no_range_reads):
+    dev = em.device("cuda", fusion=False)
+    w = em.tensor(np.ones((4, 2), np.float32), device=dev)
+    i = em.tensor(np.array([1, np.iinfo(np.uint64).max], np.uint64), device=dev)
+    with pytest.raises(IndexError_, match="out of range for 4 embeddings"):
+        em.embedding(w, i).numpy()
+
+
+@gpu
+def test_first_error_wins_and_pending_checks_are_bounded(monkeypatch, no_range_reads):
+    dev = em.device("cuda", fusion=False)
+    w = em.tensor(np.ones((4, 2), np.float32), device=dev)
+    monkeypatch.setattr(checks, "MAX_PENDING", 3)
+    for _ in range(10):                                    # good: read every 3 checks
+        em.embedding(w, em.tensor(np.array([0, 3]), device=dev))
+    em.embedding(w, em.tensor(np.array([5]), device=dev))
+    em.embedding(w, em.tensor(np.array([6]), device=dev))
+    with pytest.raises(IndexError_, match="index 5 is out of range"):
+        em.sync(dev)
+
+
+@gpu
+def test_training_through_an_embedding_reads_nothing_back(no_range_reads):
+    dev = em.device("cuda").autodiff()
+    dev.seed(0)
+    emb = nn.Embedding(16, 8, device=dev)
+    idx = em.tensor(np.array([[1, 2, 15], [0, 3, 3]]), device=dev)
+    loss = (emb(idx) ** 2).sum()
+    grads = loss.backward()
+    g = emb.weight.grad(grads).numpy()
+    want = np.zeros((16, 8), np.float32)
+    w = emb.weight.numpy()
+    for i in (1, 2, 15, 0, 3, 3):
+        want[i] += 2 * w[i]
+    np.testing.assert_allclose(g, want, rtol=1e-6)
