@@ -198,9 +198,9 @@ def test_cross_entropy_rows_matches_the_cupy_reference(dev, dtype, shape):
 
 
 @gpu
-def test_cross_entropy_rows_out_of_range_targets_wrap(dev):
-    """No device check (it would synchronize): a target outside 0..C-1 picks its class
-    modulo C, as the CuPy indexing of the reference did."""
+def test_cross_entropy_rows_out_of_range_targets_wrap_then_raise(dev):
+    """A target outside 0..C-1 picks its class modulo C in the kernels (no access out of
+    bounds), and the device check raises at the next sync (ember/backend/cuda/checks.py)."""
     cp, xp = dev.backend.cp, dev.backend.xp
     rng = np.random.default_rng(3)
     x = rng.normal(size=(6, 5))
@@ -219,6 +219,8 @@ def test_cross_entropy_rows_out_of_range_targets_wrap(dev):
     p[5] = 0
     got = bwd(cp.ones(6), cp.asarray(x), cp.asarray(t), ignore_index=-100)
     _close(got.get(), p, 1e-12, "gradient")
+    with pytest.raises(IndexError, match="target class 5 is out of range for 5 classes"):
+        em.sync(dev)
 
 
 @gpu

@@ -106,15 +106,6 @@ def test_sync_raises_what_the_checks_found(no_range_reads):
 
 
 @gpu
-def test_largest_unsigned_index_is_out_of_range(no_range_reads):
-    dev = em.device("cuda", fusion=False)
-    w = em.tensor(np.ones((4, 2), np.float32), device=dev)
-    i = em.tensor(np.array([1, np.iinfo(np.uint64).max], np.uint64), device=dev)
-    with pytest.raises(IndexError_, match="out of range for 4 embeddings"):
-        em.embedding(w, i).numpy()
-
-
-@gpu
 def test_first_error_wins_and_pending_checks_are_bounded(monkeypatch, no_range_reads):
     dev = em.device("cuda", fusion=False)
     w = em.tensor(np.ones((4, 2), np.float32), device=dev)

@@ -7,6 +7,8 @@ leading dimensions are valid; the usual autodiff operands (``w.T``, ``x.T``) nee
 On a GPU: products of such operands match NumPy float64 for every float dtype."""
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -84,15 +86,28 @@ def test_training_operands_need_no_copy():
 
 
 # -- on a GPU -------------------------------------------------------------------------------
+def test_cublaslt_alignment_and_switch():
+    from ember.backend.cuda import cublaslt
+    assert [cublaslt._alignment(p) for p in (4096, 4104, 4100, 4098)] == [16, 8, 4, 2]
+    assert not cublaslt.enabled({"EMBER_CUDA_CUBLASLT": "0"}) and cublaslt.enabled({})
+    assert ctypes.sizeof(cublaslt._Heuristic) == 96       # cublasLtMatmulHeuristicResult_t
+
+
 @pytest.mark.skipif(not em.cuda.is_available(), reason=f"cuda: {em.cuda.why_unavailable()}")
+@pytest.mark.parametrize("lt", [True, False], ids=["cublaslt", "legacy"])
 @pytest.mark.parametrize("d", ["f64", "f32", "f16", "bf16"])
-def test_strided_products_match_numpy(d):
+def test_strided_products_match_numpy(d, lt):
     import cupy as cp
     import ml_dtypes
     from ember.backend.cuda.matmul import CublasMatmul
     npd = np.dtype(ml_dtypes.bfloat16) if d == "bf16" else em.dtype.as_dtype(d).np
     tol = {"f64": 1e-12, "f32": 1e-5, "f16": 2e-3, "bf16": 2e-2}[d]
     mm = CublasMatmul(cp)
+    mm._setup()
+    if lt:
+        assert mm._lt is not None, "cuBLASLt did not load"
+    else:
+        mm._lt = None                                # the gemmStridedBatchedEx path
     rng = np.random.default_rng(1)
 
     def dev(h):
@@ -117,3 +132,5 @@ def test_strided_products_match_numpy(d):
         got = host(mm(x, y))
         want = np.matmul(host(x), host(y))
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol * 9)
+    if lt:          # every product went through a plan (none fell back)
+        assert mm._lt.calls == len(cases), (mm._lt.calls, len(cases))

@@ -32,9 +32,9 @@ MAX_PENDING = 4096
 _BLOCK = 256
 _GRID_CAP = 1024
 
+#: ember's int dtypes (they fit a long long)
 _INDEX_TYPES = {"i8": "signed char", "i16": "short", "i32": "int", "i64": "long long",
-                "u8": "unsigned char", "u16": "unsigned short", "u32": "unsigned int",
-                "u64": "unsigned long long"}
+                "u8": "unsigned char"}
 _NAMES = {np.dtype(("int" if k[0] == "i" else "uint") + k[1:]): k for k in _INDEX_TYPES}
 
 CHECK_SOURCE = r"""
@@ -44,12 +44,9 @@ __device__ __forceinline__ void ember_check_range(
     long long code, long long ignore, long long has_ignore) {
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
-    const I raw = idx[i];
-    // an unsigned value beyond the signed range is out of range for any size
-    const bool huge = (I)(-1) > (I)0 && (unsigned long long)raw > 0x7fffffffffffffffULL;
-    const long long v = (long long)raw;
-    if (has_ignore && !huge && v == ignore) continue;
-    if (huge || v < 0 || v >= size) {
+    const long long v = (long long)idx[i];
+    if (has_ignore && v == ignore) continue;
+    if (v < 0 || v >= size) {
       if (atomicCAS(word, 0ULL, (unsigned long long)code) == 0ULL)
         word[1] = (unsigned long long)v;
       return;

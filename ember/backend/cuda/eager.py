@@ -2,7 +2,9 @@
 
 An op with an IR ``expr`` (arithmetic, math, comparisons, ``where``, ``cast`` ...) whose array
 inputs are C-contiguous and of the output's shape (or broadcast along leading dims only, as a
-bias is: read with a period) runs as a `render_flat` kernel: compiled once
+bias is: read with a period) -- in C order, or all in the memory order of the first
+full-shape input, as a channels-last activation and its bias are -- runs as a `render_flat`
+kernel: compiled once
 per op, dtypes and attrs (NVRTC, disk-cached), for every size after that, and launched with
 ``cuLaunchKernel`` (CuPy's binding) on the calling thread's stream, its parameters packed into
 a reused buffer, its output an array the thread's stream reuses once dropped
@@ -98,7 +100,7 @@ class EagerKernels:
         self.launches = 0
 
     # -- the op path ----------------------------------------------------------------------
-    def run(self, op, prims, attrs, meta, scope, device: int):
+    def run(self, op, prims, attrs, meta, scope, device: int, permuted: bool = False):
         """The op's output (a new CuPy array), or None: this call goes the CuPy way.
         ``scope``: the calling thread's stream scope on ``device`` (its stream, and the
         output arrays it reuses)."""
@@ -111,11 +113,13 @@ class EagerKernels:
         for p in prims:
             if type(p) is ndarray:
                 if not p._c_contiguous:
-                    return None
+                    return None if permuted else \
+                        self._run_permuted(op, prims, attrs, meta, scope, device)
                 ps = p.shape
                 if ps != shape:
                     if not _repeats(ps, shape):
-                        return None
+                        return None if permuted else \
+                            self._run_permuted(op, prims, attrs, meta, scope, device)
                     if periods is None:
                         periods = []
                     periods.append(p.size)
@@ -166,6 +170,42 @@ class EagerKernels:
                      scope.stream_ptr, kp, 0)
         self.launches += 1
         return out
+
+    def _run_permuted(self, op, prims, attrs, meta, scope, device):
+        """The op run in the memory order of its first full-shape operand (a channels-last
+        activation and its bias, say), where every operand is C-contiguous in that order;
+        the output is that order's array, permuted back (so it keeps the layout)."""
+        shape = meta[0]
+        nd = len(shape)
+        ndarray = self._ndarray
+        lead = None
+        for p in prims:
+            if type(p) is ndarray and p.shape == shape:
+                lead = p
+                break
+        if lead is None or nd < 2:
+            return None
+        st = lead.strides
+        perm = sorted(range(nd), key=lambda d: -st[d])
+        if perm == list(range(nd)):
+            return None
+        moved = []
+        for p in prims:
+            if type(p) is ndarray:
+                if p.ndim < nd:
+                    p = p.reshape((1,) * (nd - p.ndim) + p.shape)
+                p = p.transpose(perm)
+                if not p._c_contiguous:
+                    return None
+            moved.append(p)
+        out = self.run(op, moved, attrs, (tuple(shape[d] for d in perm), meta[1]), scope,
+                       device, permuted=True)
+        if out is None:
+            return None
+        inverse = [0] * nd
+        for i, d in enumerate(perm):
+            inverse[d] = i
+        return out.transpose(inverse)
 
     # -- building ---------------------------------------------------------------------------
     def _build(self, key, op, prims, attrs, od, shape):
