@@ -52,8 +52,17 @@ def _matmul_vjp(g, inputs, out, needs):
     a, b = inputs
     # Batch dims of the gradients keep the broadcast shape; the engine sums them back.
     # Only wanted gradients are computed: each is a matmul as large as the forward one.
-    return (g @ b.swap_dims(-1, -2) if needs[0] else None,
-            a.swap_dims(-1, -2) @ g if needs[1] else None)
+    ga = g @ b.swap_dims(-1, -2) if needs[0] else None
+    if not needs[1]:
+        gb = None
+    elif len(b.shape) == 2 and len(a.shape) > 2:
+        # one matrix b for the whole batch (a linear layer on [batch, seq, d]): its gradient
+        # sums a_i^T g_i over the batch, which is one product over all the rows -- one
+        # large matmul instead of a batch of small ones and a sum after it
+        gb = a.reshape(-1, a.shape[-1]).swap_dims(0, 1) @ g.reshape(-1, g.shape[-1])
+    else:
+        gb = a.swap_dims(-1, -2) @ g
+    return ga, gb
 
 
 MATMUL = declare(

@@ -29,6 +29,7 @@ MM_SHAPES = [
     ((0, 3), (3, 2)),               # zero rows
     ((2, 0), (0, 3)),               # zero inner dim: zeros
     ((0, 2, 3), (3, 2)),            # zero batch
+    ((2, 3, 2, 4), (4, 5)),         # one right matrix for a batch of two dims
 ]
 # f16/bf16 accumulate in f32 and round once: the error is half an ulp of the result,
 # within the default tolerances; ints wrap around (compared in the output dtype).

@@ -24,7 +24,8 @@ import threading
 
 __all__ = ["Lt", "load", "enabled", "WORKSPACE_BYTES", "MAX_PLANS"]
 
-#: workspace a product may use (cuBLAS's own default on Hopper), one per stream
+#: workspace a product may use (cuBLAS's own default on Hopper), one per stream that runs
+#: products
 WORKSPACE_BYTES = 32 << 20
 #: plans kept (products of further keys take the legacy path)
 MAX_PLANS = 4096
@@ -148,10 +149,12 @@ class Lt:
             self._handles[dev] = h
         return h
 
-    def _workspace(self, dev, stream):
+    def _workspace(self, dev, stream) -> int:
+        """The workspace of (device, stream): device memory of its own (cudaMalloc, outside
+        the memory pool, so it never pins a pool chunk), kept for the process."""
         w = self._ws.get((dev, stream))
         if w is None:
-            w = self._ws[(dev, stream)] = self.cp.empty(WORKSPACE_BYTES, self.cp.uint8)
+            w = self._ws[(dev, stream)] = self.cp.cuda.runtime.malloc(WORKSPACE_BYTES)
         return w
 
     def matmul(self, dev, stream, cuda_t, compute, scale_t, ta, tb, m, n, k,
@@ -180,7 +183,7 @@ class Lt:
         lib = self.lib
         status = lib.cublasLtMatmul(
             self._handles[dev], plan.desc, alpha, a_ptr, plan.a, b_ptr, plan.b, beta,
-            c_ptr, plan.c, c_ptr, plan.c, plan.algo, ws.data.ptr if ws is not None else None,
+            c_ptr, plan.c, c_ptr, plan.c, plan.algo, ws,
             plan.ws, stream)
         if status:
             self._plans[key] = None        # (this key takes the legacy path from now on)

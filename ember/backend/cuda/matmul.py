@@ -92,6 +92,10 @@ class CublasMatmul:
             return out
         a, ta, lda, sa = _operand(cp, a, n, k, batch, count)
         b, tb, ldb, sb = _operand(cp, b, k, m, batch, count)
+        if count > 1 and sb == 0 and ta == _OP_N and sa == n * lda:
+            # one right matrix for the whole batch (a linear layer on [batch, seq, d]) and
+            # the left matrices' rows evenly spaced: one product of all the rows
+            n, count = n * count, 1
         one, zero = self._scalars[scalar_t]
         # row-major C = A B is column-major C^T = B^T A^T: swap the operands (a row-major
         # operand is its column-major transpose as it lies; a transposed one is read with
