@@ -18,7 +18,6 @@ from __future__ import annotations
 import numpy as np
 
 from .. import precision
-from . import cublaslt
 
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 
@@ -54,19 +53,7 @@ class CublasMatmul:
         # kept alive here: (address of 1, address of 0) per scalar dtype
         self._keep = {t: (np.ones((), t), np.zeros((), t)) for t in (_F32, _F64)}
         self._scalars = {t: (o.ctypes.data, z.ctypes.data) for t, (o, z) in self._keep.items()}
-        self._scale = {_F32: getattr(runtime, "CUDA_R_32F", 0),
-                       _F64: getattr(runtime, "CUDA_R_64F", 1)}
         self._gemm = cublas.gemmStridedBatchedEx
-        # cuBLASLt with a plan per key (cublaslt.py), where its library loads
-        self._lt = None
-        if cublaslt.enabled():
-            lib = cublaslt.load()
-            if lib is not None:
-                self._lt = cublaslt.Lt(lib, self.cp)
-                st = self.cp.cuda.stream
-                self._stream_ptr = getattr(st, "get_current_stream_ptr", None) or \
-                    (lambda: st.get_current_stream().ptr)
-                self._get_device = runtime.getDevice
 
     def __call__(self, a, b):
         cp = self.cp
@@ -100,12 +87,6 @@ class CublasMatmul:
         # row-major C = A B is column-major C^T = B^T A^T: swap the operands (a row-major
         # operand is its column-major transpose as it lies; a transposed one is read with
         # the transpose flag)
-        lt = self._lt
-        if lt is not None and lt.matmul(
-                self._get_device(), self._stream_ptr(), cuda_t, compute, self._scale[scalar_t],
-                tb, ta, m, n, k, b.data.ptr, ldb, sb, a.data.ptr, lda, sa, out.data.ptr, m,
-                n * m, count, one, zero):
-            return out
         self._gemm(self._device.get_cublas_handle(), tb, ta, m, n, k, one,
                    b.data.ptr, cuda_t, ldb, sb, a.data.ptr, cuda_t, lda, sa, zero,
                    out.data.ptr, cuda_t, m, n * m, count, compute, self._algo)

@@ -16,6 +16,7 @@ ml_dtypes' own bf16 arithmetic) do. Views and matmul (cuBLAS runs bf16) take bf1
 from __future__ import annotations
 
 import inspect
+import math
 import struct
 import threading
 import types
@@ -887,16 +888,95 @@ def _max_pool_backward_impl(cp, xp):
     return max_pool_backward
 
 
+# -- full: one fill kernel of the value's bit pattern ----------------------------------------
+FILL_SOURCE = r"""
+#define EMBER_FILL(B, T)                                                                    \
+  extern "C" __global__ void ember_fill_b##B(T* out, long long n, long long bits) {        \
+    const T v = (T)(unsigned long long)bits;                                              \
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;           \
+         i += (long long)gridDim.x * blockDim.x) out[i] = v;                              \
+  }
+EMBER_FILL(1, unsigned char)
+EMBER_FILL(2, unsigned short)
+EMBER_FILL(4, unsigned int)
+EMBER_FILL(8, unsigned long long)
+"""
+_UINTS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+class _FullDirect:
+    """``full`` as one fill kernel on the thread's stream, its output from the stream's
+    reused arrays: a CuPy ``full`` (an allocation and CuPy's fill kernel) costs 50 µs of
+    host time or more, and every backward pass makes one (its seed gradient)."""
+
+    def __init__(self, cp):
+        from ...kernel.cuda.launch import DirectLauncher
+        self.cp = cp
+        self._direct = DirectLauncher()
+        self._fns = {}
+        self._bits = {}
+
+    def _fn(self, width, dev):
+        key = (width, dev)
+        f = self._fns.get(key, False)
+        if f is False:
+            with _LOAD_LOCK:
+                f = self._fns.get(key, False)
+                if f is False:
+                    try:
+                        from ...kernel.cuda.runtime import default_runtime
+                        rt = default_runtime()
+                        f = rt.function(FILL_SOURCE, f"ember_fill_b{width}") \
+                            if rt.available() else None          # (module, pointer)
+                    except Exception:  # noqa: BLE001  (no NVRTC: CuPy's full)
+                        f = None
+                    self._fns[key] = f
+        return f
+
+    def run(self, prims, attrs, meta, scope, device):
+        shape, dtype = meta
+        npd = dtype.np
+        width = npd.itemsize
+        if width not in _UINTS:
+            return None
+        key = (attrs["value"], npd)
+        bits = self._bits.get(key)
+        if bits is None:
+            try:
+                bits = int(np.asarray(attrs["value"], npd).reshape(1).view(_UINTS[width])[0])
+            except (OverflowError, TypeError, ValueError):
+                return None                        # (CuPy's full decides)
+            if len(self._bits) > 256:
+                self._bits.clear()
+            self._bits[key] = bits
+        f = self._fn(width, device)
+        if f is None:
+            return None
+        n = math.prod(shape)
+        outs = scope.outputs
+        out = outs.take(shape, npd, n * width) if outs is not None and n else None
+        if out is None:
+            out = self.cp.ndarray(shape, npd)
+        if n:
+            direct = self._direct
+            direct.launch(f[1], min((n + 255) // 256, direct.grid_cap(device, 256)), 256,
+                          scope.stream_ptr, direct.pack("=Qqq", out.data.ptr, n,
+                                                        bits - (1 << 64) if bits >= 1 << 63
+                                                        else bits))
+        return out
+
+
 def direct_path(name, cp):
     """``run(prims, attrs, meta, scope, device)`` of an op the Cuda backend may launch
     without switching streams (its outputs, or None: the op's implementation runs), or
     None when the op has no such path."""
-    if name == "adam_update":
-        try:
-            return _AdamDirect(cp).run
-        except ImportError:                # a CuPy without the driver binding
-            return None
-    return None
+    impl = {"adam_update": _AdamDirect, "full": _FullDirect}.get(name)
+    if impl is None:
+        return None
+    try:
+        return impl(cp).run
+    except ImportError:                # a CuPy without the driver binding
+        return None
 
 
 def _layer_norm_impl(cp, xp):
