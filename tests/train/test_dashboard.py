@@ -26,21 +26,28 @@ async def _wait(pilot, cond, timeout=30.0):
 class GatedDashboard(DashboardRenderer):
     """Training waits at a gate after each step while the test holds it closed: the pilot
     waits for the process to be idle after each key, which a running loop never is, and the
-    tiny test model would finish its epochs while the pilot types."""
+    tiny test model would finish its epochs while the pilot types. ``hold_at``: the worker
+    closes the gate itself at that global step (a test that closed it from the UI thread
+    raced the worker, which can finish all its epochs first on a busy machine)."""
 
-    def __init__(self, **kw):
+    def __init__(self, hold_at=None, **kw):
         super().__init__(**kw)
         self.gate = threading.Event()
         self.gate.set()
+        self.hold_at = hold_at
 
     def on_train_item(self, event):
         super().on_train_item(event)
+        if self.hold_at is not None and self.state.progress is not None and \
+                self.state.progress.global_step >= self.hold_at:
+            self.hold_at = None
+            self.gate.clear()
         self.gate.wait()
 
 
 def test_dashboard_switches_metrics_and_q_stops_with_a_checkpoint(tmp_path):
-    renderer = GatedDashboard(refresh=0.02)
-    # many epochs: the run is still going when q is pressed
+    renderer = GatedDashboard(refresh=0.02, hold_at=3)
+    # many epochs: the run is still going when q is pressed (held at step 3 until then)
     learner = make_learner(tmp_path, epochs=200, renderer=renderer)
     learner._renderer = renderer
     app = renderer.make_app(learner.run_loop)
@@ -48,9 +55,7 @@ def test_dashboard_switches_metrics_and_q_stops_with_a_checkpoint(tmp_path):
 
     async def drive():
         async with app.run_test(size=(110, 32)) as pilot:
-            await _wait(pilot, lambda: renderer.state.progress is not None
-                        and renderer.state.progress.global_step >= 3)
-            renderer.gate.clear()
+            await _wait(pilot, lambda: not renderer.gate.is_set())
             await pilot.pause(0.05)
             seen["first"] = app.shown_metric
             seen["title0"] = str(app.query_one("#plot").border_title)
