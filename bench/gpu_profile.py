@@ -9,7 +9,8 @@ backward, AdamW) from the same weights. For each contender it reports:
 - the GPU busy time per step and the kernels that take it, from ``torch.profiler``'s CUDA
   activity (CUPTI sees every kernel on the device, CuPy's and ember's too);
 - for ember, the host time by function from ``cProfile`` (top entries by own time and by
-  cumulative time), and the per-step counts of ``em.fusion.stats()``.
+  cumulative time), the host time per op on Fusion and on Cuda (by op, and on Cuda by
+  operand shapes: ``{model}-ops.txt``), and the per-step counts of ``em.fusion.stats()``.
 
 A step whose wall time is far above its GPU busy time is host-bound: the host path is where
 to look. This is a diagnostic, not a benchmark: its numbers are not targets and are not
@@ -55,7 +56,7 @@ def _ember_step(kind: str, sizes: dict):
         loss = loss_fn(out.reshape(-1, out.shape[-1]), y.reshape(-1))
         grads = em.GradientsParams.from_grads(loss.backward(), m_)
         holder["m"] = opt.step(G.LR, m_, grads)
-    return step, lambda: dev.sync(), model
+    return step, lambda: dev.sync(), model, dev
 
 
 def _torch_step(kind: str, sizes: dict, ember_model):
@@ -121,6 +122,63 @@ def _gpu_kernels(step, sync, steps: int) -> dict:
                     for k, v in sorted(api.items(), key=lambda kv: -kv[1][1])[:15]]}
 
 
+def _op_host_times(step, sync, device, steps: int, top: int = 30) -> str:
+    """Host time per op on the backend below Autodiff (Fusion) and below that (Cuda), by op
+    and by operand shapes: each layer's ``execute`` timed around the call (nested: Fusion's
+    includes Cuda's, and the flushes its op caused)."""
+    import collections
+    layers = [("fusion", device.inner), ("cuda", device.inner.inner)]
+    by_op = {n: collections.defaultdict(lambda: [0, 0.0]) for n, _ in layers}
+    by_key = collections.defaultdict(lambda: [0, 0.0])
+    pc = time.perf_counter
+
+    def shapes(prims):
+        return " ".join(str(tuple(p.shape)) if hasattr(p, "shape") else type(p).__name__
+                        for p in prims)
+
+    def timed(name, run):
+        def execute(op, prims, attrs, meta, dev):
+            t = pc()
+            try:
+                return run(op, prims, attrs, meta, dev)
+            finally:
+                d = pc() - t
+                a = by_op[name][op.name]
+                a[0] += 1
+                a[1] += d
+                if name == "cuda":
+                    a = by_key[(op.name, shapes(prims))]
+                    a[0] += 1
+                    a[1] += d
+        return execute
+
+    saved = [(dev, dev._execute) for _, dev in layers]
+    for (name, dev), (_, run) in zip(layers, saved):
+        dev._execute = timed(name, run)
+    try:
+        sync()
+        t0 = pc()
+        for _ in range(steps):
+            step()
+        sync()
+        wall = (pc() - t0) / steps
+    finally:
+        for dev, run in saved:
+            dev._execute = run
+    lines = [f"step {wall * 1e3:.3f} ms with the timers on"]
+    for name, _ in layers:
+        d = by_op[name]
+        lines.append(f"{name}: {sum(v[1] for v in d.values()) / steps * 1e3:.3f} ms in "
+                     f"{sum(v[0] for v in d.values()) / steps:.0f} calls a step; op, calls "
+                     f"a step, us a call, us a step")
+        for k, (c, t) in sorted(d.items(), key=lambda kv: -kv[1][1])[:top]:
+            lines.append(f"  {k:30s} {c / steps:7.1f} {t / c * 1e6:8.1f} {t / steps * 1e6:9.1f}")
+    lines.append("cuda, by operand shapes: op, operands, calls a step, us a call")
+    for (k, sh), (c, t) in sorted(by_key.items(), key=lambda kv: -kv[1][1])[:top]:
+        lines.append(f"  {k:26s} {sh[:72]:72s} {c / steps:6.1f} {t / c * 1e6:8.1f}")
+    return "\n".join(lines)
+
+
 def _host_profile(step, sync, steps: int) -> str:
     pr = cProfile.Profile()
     sync()
@@ -148,7 +206,7 @@ def main(argv=None) -> int:
     summary = {}
     for kind in args.models.split(","):
         steps = max(3, args.steps // (5 if kind == "gpt" else 1))
-        e_step, e_sync, model = _ember_step(kind, sizes)
+        e_step, e_sync, model, e_dev = _ember_step(kind, sizes)
         t_step, t_sync = _torch_step(kind, sizes, model)
         for s, y in ((e_step, e_sync), (t_step, t_sync)):
             for _ in range(3):
@@ -170,6 +228,7 @@ def main(argv=None) -> int:
             "ember_fusion_counts_per_step": counts,
         }
         (out / f"{kind}-host.txt").write_text(_host_profile(e_step, e_sync, steps))
+        (out / f"{kind}-ops.txt").write_text(_op_host_times(e_step, e_sync, e_dev, steps))
         summary[kind] = res
         print(f"{kind}: ember {res['ember_ms']:.3f} ms/step (GPU busy "
               f"{res['ember_gpu']['gpu_busy_ms']:.3f} ms, "
