@@ -1,7 +1,8 @@
 """Index checks on the device (ember/backend/cuda/checks.py): an out-of-range index raises
 `ember.errors.IndexError` at the next read or sync on that thread, with the op's message,
 and the op path never reads the index range back. The check kernels' source compiles with
-NVRTC wherever it is found; the rest runs on a GPU and is skipped by name elsewhere."""
+NVRTC wherever it is found, and the host logic runs over NumPy with the kernel re-enacted;
+the rest runs on a GPU and is skipped by name elsewhere."""
 from __future__ import annotations
 
 import numpy as np
@@ -45,6 +46,86 @@ def test_check_indices_defers_to_a_namespace_that_checks_on_its_device():
     with pytest.raises(IndexError_, match="op: index -1"):
         _xp.check_indices(np.array([3, -1]), 5, lambda bad: f"op: index {bad}", np)
     _xp.check_indices(np.array([], np.int64), 0, lambda bad: "never", np)
+
+
+# -- without a GPU: the host logic over NumPy, the check kernel re-enacted -------------------
+class _Word(np.ndarray):
+    """A uint64[2] device word on the host: CuPy's ``get`` and ``fill``."""
+
+    def get(self):
+        _Reads.count += 1
+        return np.array(self)
+
+
+class _Reads:
+    count = 0
+
+
+class _FakeKernels:
+    """`ops._Kernels` running ``ember_check_range_*`` as NumPy: the first out-of-range value
+    (not the ignored one) goes into the word unless it holds a code already."""
+
+    def __init__(self, cp, source):
+        assert "ember_check_range" in source
+
+    def launch(self, name, grid, block, arrays, i64s=(), i32s=(), smem=0):
+        idx, word = arrays
+        n, size, code, ignore, has_ignore = i64s
+        assert name == "ember_check_range_" + checks._NAMES[idx.dtype] and n == idx.size
+        v = idx.reshape(-1).astype(np.int64)
+        bad = (v < 0) | (v >= size)
+        if has_ignore:
+            bad &= v != ignore
+        if bad.any() and word[0] == 0:
+            word[0] = code
+            word[1] = np.int64(v[bad][0]).view(np.uint64)
+
+
+@pytest.fixture
+def host_checks(monkeypatch):
+    import types
+    monkeypatch.setattr(checks, "_Kernels", _FakeKernels)
+    cp = types.SimpleNamespace(
+        zeros=lambda n, dtype: np.zeros(n, dtype).view(_Word),
+        ascontiguousarray=np.ascontiguousarray,
+        cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(getDevice=lambda: 0)))
+    _Reads.count = 0
+    return checks.DeferredChecks(cp)
+
+
+def test_host_logic_raises_the_first_error_once(host_checks):
+    c = host_checks
+    c(np.array([0, 3], np.int64), 4, lambda v: f"a: index {v}")         # fine
+    assert c.pending(0) and not c.pending(1)
+    c.raise_found(0)                                                    # nothing found
+    assert not c.pending(0) and _Reads.count == 1
+    c.raise_found(0)                                                    # nothing pending:
+    assert _Reads.count == 1                                            # no read
+    c(np.array([[1, -3]], np.int32), 4, lambda v: f"b: index {v}")      # first bad: -3
+    c(np.array([9], np.uint8), 4, lambda v: f"c: index {v}")
+    with pytest.raises(IndexError_, match=r"^b: index -3 \(found on cuda:0"):
+        c.raise_found(0)
+    assert not c.pending(0)
+    c(np.array([2], np.int16), 4, lambda v: "never")                    # the word was reset
+    c.raise_found(0)
+
+
+def test_host_logic_ignore_and_bounded_pending(host_checks, monkeypatch):
+    c = host_checks
+    c(np.array([-100, 2, -100], np.int64), 3, lambda v: "never", ignore=-100)
+    c.raise_found(0)
+    c(np.array([-100, 7], np.int64), 3, lambda v: f"t: class {v}", ignore=-100)
+    with pytest.raises(IndexError_, match="t: class 7"):
+        c.raise_found(0)
+    monkeypatch.setattr(checks, "MAX_PENDING", 2)
+    c(np.array([5], np.int64), 3, lambda v: f"u: {v}")
+    c(np.array([0], np.int64), 3, lambda v: "never")
+    with pytest.raises(IndexError_, match="u: 5"):                      # the third check
+        c(np.array([0], np.int64), 3, lambda v: "never")               # reads the word
+    with pytest.raises(TypeError, match="not an int dtype"):
+        c(np.array([0.5]), 3, lambda v: "never")
+    c(np.array([], np.int64), 3, lambda v: "never")                     # empty: nothing
+    assert not c.pending(0)
 
 
 # -- on a GPU -------------------------------------------------------------------------------
