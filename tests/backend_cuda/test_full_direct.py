@@ -1,6 +1,7 @@
 """``full`` on Cuda as one fill kernel of the value's bit pattern (ember/backend/cuda/ops.py,
-`_FullDirect`): its source compiles with NVRTC wherever it is found; on a GPU, every dtype's
-fill matches NumPy's ``full`` bit for bit."""
+`_FullDirect`): its source compiles with NVRTC wherever it is found and the bit patterns it
+is given are NumPy's (no GPU needed); on a GPU, every dtype's fill matches NumPy's ``full``
+bit for bit."""
 from __future__ import annotations
 
 import ml_dtypes
@@ -18,6 +19,22 @@ def test_fill_source_compiles(tmp_path):
     missing = [f"ember_fill_b{w}" for w in (1, 2, 4, 8)
                if f"ember_fill_b{w}".encode() not in c.binary]
     assert not missing, missing
+
+
+@pytest.mark.parametrize("d, v", [("f32", 1.0), ("f32", -0.1), ("f64", float("nan")),
+                                  ("f16", -2.5), ("bf16", 3.0), ("i64", -7), ("u8", 255),
+                                  ("i8", -128), ("bool", True), ("f64", -np.pi)])
+def test_fill_bits_are_numpys_full(d, v):
+    """What the kernel writes (each element the pattern's low ``itemsize`` bytes) is NumPy's
+    full, bit for bit."""
+    npd = np.dtype(ml_dtypes.bfloat16) if d == "bf16" else em.dtype.as_dtype(d).np
+    bits = cuda_ops.fill_bits(v, npd)
+    assert -(1 << 63) <= bits < (1 << 63)                   # a signed 64-bit parameter
+    got = np.array([bits], np.int64).view(np.uint64).astype(
+        cuda_ops._UINTS[npd.itemsize]).view(npd)
+    want = np.full(1, v, npd)
+    assert got.tobytes() == want.tobytes(), (d, v)
+    assert cuda_ops.fill_bits(300, np.dtype(np.uint8)) is None    # NumPy refuses: CuPy decides
 
 
 @pytest.mark.skipif(not em.cuda.is_available(), reason=f"cuda: {em.cuda.why_unavailable()}")

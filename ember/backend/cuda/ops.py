@@ -904,6 +904,19 @@ EMBER_FILL(8, unsigned long long)
 _UINTS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
+def fill_bits(value, npd) -> int | None:
+    """The bit pattern `FILL_SOURCE` writes for ``value`` as NumPy dtype ``npd`` (a signed
+    64-bit int, as the kernel parameter takes it), or None where NumPy will not convert it."""
+    width = npd.itemsize
+    if width not in _UINTS:
+        return None
+    try:
+        bits = int(np.asarray(value, npd).reshape(1).view(_UINTS[width])[0])
+    except (OverflowError, TypeError, ValueError):
+        return None
+    return bits - (1 << 64) if bits >= 1 << 63 else bits
+
+
 class _FullDirect:
     """``full`` as one fill kernel on the thread's stream, its output from the stream's
     reused arrays: a CuPy ``full`` (an allocation and CuPy's fill kernel) costs 50 µs of
@@ -942,9 +955,8 @@ class _FullDirect:
         key = (attrs["value"], npd)
         bits = self._bits.get(key)
         if bits is None:
-            try:
-                bits = int(np.asarray(attrs["value"], npd).reshape(1).view(_UINTS[width])[0])
-            except (OverflowError, TypeError, ValueError):
+            bits = fill_bits(attrs["value"], npd)
+            if bits is None:
                 return None                        # (CuPy's full decides)
             if len(self._bits) > 256:
                 self._bits.clear()
@@ -960,9 +972,7 @@ class _FullDirect:
         if n:
             direct = self._direct
             direct.launch(f[1], min((n + 255) // 256, direct.grid_cap(device, 256)), 256,
-                          scope.stream_ptr, direct.pack("=Qqq", out.data.ptr, n,
-                                                        bits - (1 << 64) if bits >= 1 << 63
-                                                        else bits))
+                          scope.stream_ptr, direct.pack("=Qqq", out.data.ptr, n, bits))
         return out
 
 
