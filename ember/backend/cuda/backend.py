@@ -330,7 +330,9 @@ class Cuda(Backend):
         """Wait for all work queued on the device, by every thread."""
         with self.cp.cuda.Device(device.index):
             self.cp.cuda.Device(device.index).synchronize()
-        self._raise_found(self._tls.__dict__.get(device.index) or self.scope(device.index))
+        scope = self._tls.__dict__.get(device.index)
+        if scope is not None:     # (a thread without a scope there queued no checks: making
+            self._raise_found(scope)     # one would add a stream, and stream tracking)
 
     # -- random streams -------------------------------------------------------------------
     def _rng(self, device):
