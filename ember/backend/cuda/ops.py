@@ -155,6 +155,26 @@ def adam_raw_source(ctype: str) -> str:
     return f"struct float16;\ntypedef {ctype} T;\n" + _ADAM_PLAIN + _ADAM_RAW
 
 
+def _direct_function(cache: dict, key, source_of, arg, name):
+    """``(module, function pointer)`` of kernel ``name`` in ``source_of(arg)``, compiled by
+    ember's NVRTC runtime and loaded once per ``key`` (a device among its parts) into
+    ``cache``; None where it cannot be built (no NVRTC, a failed compile: the caller's other
+    path runs). The module is kept with the pointer, so the function stays loaded."""
+    f = cache.get(key, False)
+    if f is False:
+        with _LOAD_LOCK:
+            f = cache.get(key, False)
+            if f is False:
+                try:
+                    from ...kernel.cuda.runtime import default_runtime
+                    rt = default_runtime()
+                    f = rt.function(source_of(arg), name) if rt.available() else None
+                except Exception:  # noqa: BLE001  (no NVRTC, a failed compile)
+                    f = None
+                cache[key] = f
+    return f
+
+
 class _AdamDirect:
     """adam_update on contiguous f32/f64 operands of one shape through ``cuLaunchKernel``
     (None from `__call__`: another path runs)."""
@@ -167,23 +187,8 @@ class _AdamDirect:
         self._last = (None, None)
 
     def _fn(self, ctype, dev):
-        f = self._fns.get((ctype, dev), False)
-        if f is not False:
-            return f
-        with _LOAD_LOCK:
-            f = self._fns.get((ctype, dev), False)
-            if f is not False:
-                return f
-            f = None
-            try:
-                from ...kernel.cuda.runtime import default_runtime
-                rt = default_runtime()
-                if rt.available():
-                    f = rt.function(adam_raw_source(ctype), "ember_adam_raw")
-            except Exception:  # noqa: BLE001  (no NVRTC, a failed compile: CuPy's kernel)
-                f = None
-            self._fns[(ctype, dev)] = f
-        return f
+        return _direct_function(self._fns, (ctype, dev), adam_raw_source, ctype,
+                                "ember_adam_raw")
 
     def __call__(self, w, g, m, v, scalars, flags, stream=None, outputs=None):
         """The three outputs, or None (another path runs). ``stream``: the handle to launch
@@ -930,21 +935,8 @@ class _FullDirect:
         self._bits = {}
 
     def _fn(self, width, dev):
-        key = (width, dev)
-        f = self._fns.get(key, False)
-        if f is False:
-            with _LOAD_LOCK:
-                f = self._fns.get(key, False)
-                if f is False:
-                    try:
-                        from ...kernel.cuda.runtime import default_runtime
-                        rt = default_runtime()
-                        f = rt.function(FILL_SOURCE, f"ember_fill_b{width}") \
-                            if rt.available() else None          # (module, pointer)
-                    except Exception:  # noqa: BLE001  (no NVRTC: CuPy's full)
-                        f = None
-                    self._fns[key] = f
-        return f
+        return _direct_function(self._fns, (width, dev), lambda _: FILL_SOURCE, None,
+                                f"ember_fill_b{width}")
 
     def run(self, prims, attrs, meta, scope, device):
         shape, dtype = meta
