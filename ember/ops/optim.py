@@ -24,6 +24,14 @@ test_fused_adam.py). ``first`` (the parameter's first step) does not read ``m`` 
 
 ``decompose`` is that formula with Tensor ops: Fusion runs it for large tensors, so the
 elementwise ops fuse into one kernel (docs/fusion.md).
+
+``adam_update_many(w1..wk, g1..gk, m1..mk, v1..vk)`` -> ``(w1', m1', v1', ..., wk', mk',
+vk')``: ``adam_update`` of k parameters with the same scalars, in one op. A training step of a
+large model makes one update per parameter (a GPT of 6 layers: 102), each a trip through
+the Tensor API, Fusion and the backend; a backend that lists this op in
+``Backend.fused_ops`` (Cuda) gets the whole step's updates in one call, and ``ember.optim.Adam``
+groups its updates into it there (elsewhere it keeps one ``adam_update`` per parameter, so
+Fusion can still fuse each). Its results are ``adam_update``'s, bit for bit.
 """
 from __future__ import annotations
 
@@ -138,3 +146,39 @@ ADAM_UPDATE = declare(
     "adam_update", "optim", nin=4, attrs=ADAM_ATTRS, infer=_adam_infer, numpy=_adam_numpy,
     nout=3, decompose=_adam_decompose, decompose_key=_adam_decompose_key,
     doc="one Adam/AdamW step: (w, g, m, v) -> (w', m', v') (see ember/ops/optim.py)")
+
+#: parameters one adam_update_many takes at most (more go in several calls)
+ADAM_MANY_MAX = 1024
+
+
+def adam_many_split(xs):
+    """The k quadruples ``(w, g, m, v)`` of adam_update_many's inputs ``w1..wk, g1..gk,
+    m1..mk, v1..vk``."""
+    k = len(xs) // 4
+    return [(xs[i], xs[k + i], xs[2 * k + i], xs[3 * k + i]) for i in range(k)]
+
+
+def _adam_many_infer(*xs, **attrs):
+    k, rest = divmod(len(xs), 4)
+    if rest or not 0 < k <= ADAM_MANY_MAX:
+        raise ShapeError(f"adam_update_many: expects the k weights, then their k gradients, "
+                         f"k first and k second moments (4k tensors, 1 <= k <= "
+                         f"{ADAM_MANY_MAX}), got {len(xs)} tensors")
+    out = []
+    for quad in adam_many_split(xs):
+        out += _adam_infer(*quad, **attrs)
+    return out
+
+
+def _adam_many_numpy(*xs, xp=np, **attrs):
+    out = []
+    for quad in adam_many_split(xs):
+        out += _adam_numpy(*quad, xp=xp, **attrs)
+    return tuple(out)
+
+
+ADAM_UPDATE_MANY = declare(
+    "adam_update_many", "optim", nin=-1, attrs=ADAM_ATTRS, infer=_adam_many_infer,
+    numpy=_adam_many_numpy, nout=3 * ADAM_MANY_MAX,
+    doc="adam_update of k parameters with the same scalars: (w1..wk, g1..gk, m1..mk, "
+        "v1..vk) -> (w1', m1', v1', ..., wk', mk', vk')")

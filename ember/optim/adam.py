@@ -6,7 +6,9 @@ import math
 
 import ember as em
 from ember.errors import ConfigError
-from ember.ops.optim import ADAM_UPDATE
+import os
+
+from ember.ops.optim import ADAM_MANY_MAX, ADAM_UPDATE, ADAM_UPDATE_MANY
 from ember.tensor.dispatch import apply
 
 from .base import Optimizer, check_range, clipping_from_config, config_decorator
@@ -23,7 +25,11 @@ class Adam(Optimizer):
 
     Without ``amsgrad`` a parameter's step is one fused op, ``adam_update``
     (ember/ops/optim.py), bit for bit the Tensor-op formula of ``_composite``; AMSGrad (and
-    parameters whose gradient or state differ in dtype or shape) take the formula.
+    parameters whose gradient or state differ in dtype or shape) take the formula. Where the
+    parameters' backend runs ``adam_update_many`` as one op of its own (it lists it in
+    ``Backend.fused_ops``: Cuda), the step's updates go there together, a call per device
+    and set of scalars instead of one per parameter (``EMBER_ADAM_MANY=0``: one per
+    parameter everywhere); the results are the same, bit for bit.
     """
 
     _defaults = {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0, "amsgrad": False,
@@ -51,24 +57,61 @@ class Adam(Optimizer):
         return (lr, b1, b2, 1.0 - b1, 1.0 - b2, hp["eps"], 0.0 if decoupled else wd,
                 1.0 - lr * wd if decoupled and wd else 1.0, hp["amsgrad"], {})
 
+    def _fused(self, w, g, rec, c):
+        """``(t, m, v, attrs-cache key)`` where this step is one adam_update, else None."""
+        if c[8]:
+            return None
+        d, s = w._dtype, w._shape
+        if g._dtype is not d or g._shape != s or not d.is_float:
+            return None
+        if rec is None:
+            return 1, g, g, 0                  # m, v: not read on the first step
+        m, v = rec[2], rec[3]
+        if m is None or v is None or m._dtype is not d or v._dtype is not d or \
+                m._shape != s or v._shape != s:
+            return None
+        t = rec[0] + 1
+        return t, m, v, t
+
+    def _defer(self, w, g, rec, c):
+        dev = w._device
+        many = _MANY.get(dev)
+        if many is None:
+            many = _MANY[dev] = _runs_many(dev)
+        return many and self._fused(w, g, rec, c) is not None
+
+    def _update_deferred(self, items):
+        groups: dict = {}                      # (device, attrs) -> [item index]
+        plans = []
+        for i, (w, g, rec, c) in enumerate(items):
+            t, m, v, key = self._fused(w, g, rec, c)
+            attrs = c[9].get(key)
+            if attrs is None:
+                attrs = c[9][key] = self._attrs(c, t, rec is None)
+            plans.append((t, m, v))
+            groups.setdefault((w._device, id(attrs)), (attrs, []))[1].append(i)
+        out = [None] * len(items)
+        for attrs, idx in groups.values():
+            for lo in range(0, len(idx), ADAM_MANY_MAX):
+                part = idx[lo:lo + ADAM_MANY_MAX]
+                ins = ([items[i][0] for i in part] + [items[i][1] for i in part] +
+                       [plans[i][1] for i in part] + [plans[i][2] for i in part])
+                res = apply(ADAM_UPDATE_MANY, tuple(ins), attrs)
+                for j, i in enumerate(part):
+                    w2, m2, v2 = res[3 * j:3 * j + 3]
+                    out[i] = (w2, (plans[i][0], w2.device, m2, v2, None))
+        return out
+
     def _update(self, w, g, rec, c):
-        if not c[8]:
-            d, s = w._dtype, w._shape
-            if g._dtype is d and g._shape == s and d.is_float:
-                if rec is None:
-                    t, m, v, key = 1, g, g, 0   # m, v: not read on the first step
-                else:
-                    t = key = rec[0] + 1
-                    m, v = rec[2], rec[3]
-                    if m is None or v is None or m._dtype is not d or v._dtype is not d \
-                            or m._shape != s or v._shape != s:
-                        return self._composite(w, g, rec, c)
-                attrs = c[9].get(key)
-                if attrs is None:
-                    attrs = c[9][key] = self._attrs(c, t, rec is None)
-                w, m, v = apply(ADAM_UPDATE, (w, g, m, v), attrs)
-                return w, (t, w.device, m, v, None)
-        return self._composite(w, g, rec, c)
+        fused = self._fused(w, g, rec, c)
+        if fused is None:
+            return self._composite(w, g, rec, c)
+        t, m, v, key = fused
+        attrs = c[9].get(key)
+        if attrs is None:
+            attrs = c[9][key] = self._attrs(c, t, rec is None)
+        w, m, v = apply(ADAM_UPDATE, (w, g, m, v), attrs)
+        return w, (t, w.device, m, v, None)
 
     @staticmethod
     def _attrs(c, t, first):
@@ -105,6 +148,23 @@ class Adam(Optimizer):
         upd = m / denom * (lr * s2 / (1.0 - b1 ** t))
         w = (w * decay if decay != 1.0 else w) - upd
         return w, (t, w.device, m, v, vmax)
+
+
+#: device -> whether its backend runs adam_update_many as one op (`_runs_many`)
+_MANY: dict = {}
+
+
+def _runs_many(device) -> bool:
+    """Whether ``device``'s backend, or one it wraps, lists ``adam_update_many`` in its
+    ``fused_ops`` (and ``EMBER_ADAM_MANY`` is not "0")."""
+    if os.environ.get("EMBER_ADAM_MANY", "1") == "0":
+        return False
+    b = device.backend
+    while b is not None:
+        if "adam_update_many" in getattr(b, "fused_ops", ()):
+            return True
+        b = getattr(b, "inner", None)
+    return False
 
 
 class AdamW(Adam):

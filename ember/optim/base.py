@@ -12,6 +12,15 @@ A concrete optimizer defines:
   parameter (done once, not once per parameter);
 - ``_update(w, g, record, consts) -> (w, record)``: one parameter's step on the inner
   (untracked) device; ``record`` is None on the parameter's first step.
+
+And may define, to update many parameters in one op where the device's backend runs such an
+op (``Adam``: ``adam_update_many`` on Cuda):
+
+- ``_defer(w, g, record, consts) -> bool``: whether this parameter's step waits for the
+  others (visiting it then returns the parameter unchanged);
+- ``_update_deferred([(w, g, record, consts)]) -> [(w, record)]``: the deferred steps, after
+  the visit. (The visit put a new Param in the new module for each deferred one; it is
+  filled with the result before `step` returns, so nothing sees it unfilled.)
 """
 from __future__ import annotations
 
@@ -20,6 +29,7 @@ import math
 import ember as em
 from ember.errors import ConfigError, RecordError
 from ember.module.gradients_params import GradientsParams
+from ember.module.param import Param
 
 from . import _io
 from .groups import ParamGroup
@@ -28,6 +38,12 @@ __all__ = ["Optimizer"]
 
 _FORMAT = "ember.optim"
 _VERSION = 1
+
+
+def _plain_param(cls) -> bool:
+    """Whether Params of ``cls`` are built by Param's own constructor (a deferred step fills
+    such a Param's fields later; a subclass's constructor may do more)."""
+    return cls.__new__ is Param.__new__ and cls.__init__ is Param.__init__
 
 
 class Optimizer:
@@ -81,6 +97,12 @@ class Optimizer:
     def _update(self, w, g, rec, c):
         raise NotImplementedError
 
+    #: ``_defer(w, g, rec, c) -> bool`` (None: every step runs at its visit)
+    _defer = None
+
+    def _update_deferred(self, items):
+        raise NotImplementedError
+
     # -- stepping ------------------------------------------------------------------------------
     def step(self, lr, module, grads):
         """One optimization step: a NEW module whose parameters that require grad and have a
@@ -110,6 +132,8 @@ class Optimizer:
         get_grad = grads.get
         # a GradientsParams is read by param id directly (what its `get` does)
         by_id = grads._grads.get if type(grads) is GradientsParams else None
+        defer = self._defer
+        deferred = []       # (pid, param, inner, dev, (w, g, rec, c))
 
         def visit(path, param):
             pid = param.id
@@ -134,7 +158,19 @@ class Optimizer:
             rec = state.get(pid)
             if rec is not None and (rec[1] is not inner or pid in unverified):
                 rec = self._adopt(pid, rec, w, inner)
+            if defer is not None and _plain_param(type(param)) and defer(w, g, rec, c):
+                # the new module holds a Param that is filled in once the deferred steps ran
+                # (below): one pass over the module either way
+                shell = object.__new__(type(param))
+                shell._param_id, shell._require_grad_flag = pid, param.require_grad_flag
+                shell._prim, shell._device, shell._shape, shell._dtype = \
+                    param._prim, param._device, param._shape, param._dtype
+                deferred.append((shell, pid, param, inner, dev, (w, g, rec, c)))
+                return shell
             w2, rec = update(w, g, rec, c)
+            return finish(pid, param, inner, dev, w, w2, rec)
+
+        def finish(pid, param, inner, dev, w, w2, rec):
             if w2.dtype is not w.dtype:
                 w2 = w2.cast(w.dtype)
             if rec is not None:
@@ -142,6 +178,12 @@ class Optimizer:
             return param.with_tensor(w2 if inner is dev else w2.to_device(dev))
 
         out = module.map(visit)
+        if deferred:
+            results = self._update_deferred([d[5] for d in deferred])
+            for (shell, pid, param, inner, dev, item), (w2, rec) in zip(deferred, results):
+                done = finish(pid, param, inner, dev, item[0], w2, rec)
+                shell._prim, shell._device, shell._shape, shell._dtype = \
+                    done._prim, done._device, done._shape, done._dtype
         if seen is not None:
             self._check_groups_used(seen, module)
         state.update(new)

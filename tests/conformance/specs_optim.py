@@ -1,6 +1,7 @@
 """Cases for the optimizer ops (ember/ops/optim.py): ``adam_update`` against its formula in
 float64, on a later step with L2 decay, a first step with decoupled decay (m and v are not
-read), and a plain later step.
+read), and a plain later step; ``adam_update_many`` of two parameters of different shapes
+against the same formula per parameter.
 
 On the Fusion stacks (``min_numel=0``) every size runs as the op's decomposition (fused
 Tensor ops); the primitive itself runs on the ndarray and cuda stacks (and, below
@@ -46,10 +47,35 @@ _L2 = _attrs(4, l2=0.01)
 _FIRST = _attrs(1, decay=1.0 - 0.05 * 0.01, first=True)
 _PLAIN = _attrs(7, b1=0.8, b2=0.99, eps=1e-3)
 
+def _fn_many(attrs):
+    op = OPS["adam_update_many"]
+    return lambda *xs: apply(op, xs, attrs)
+
+
+def _ref_many(a):
+    one = _ref(a)
+
+    def ref(*xs):
+        k = len(xs) // 4
+        out = []
+        for i in range(k):
+            out += one(xs[i], xs[k + i], xs[2 * k + i], xs[3 * k + i])
+        return tuple(out)
+    return ref
+
+
+# w1 w2, g1 g2, m1 m2, v1 v2
+MANY_SHAPES = [((5, 7), (3,)) * 4, ((2, 3, 4), ()) * 4]
+MANY_INPUTS = (Input(),) * 6 + (Input("positive"),) * 2
+
 CASES = [
     Case("adam_update_l2", "adam_update", _fn(_L2), _ref(_L2), SHAPES, INPUTS, grad=False),
     Case("adam_update_first_decoupled", "adam_update", _fn(_FIRST), _ref(_FIRST), SHAPES[:2],
          INPUTS, grad=False),
     Case("adam_update_plain", "adam_update", _fn(_PLAIN), _ref(_PLAIN), SHAPES[:2], INPUTS,
          grad=False),
+    Case("adam_update_many_l2", "adam_update_many", _fn_many(_L2), _ref_many(_L2),
+         MANY_SHAPES, MANY_INPUTS, grad=False),
+    Case("adam_update_many_first", "adam_update_many", _fn_many(_FIRST), _ref_many(_FIRST),
+         MANY_SHAPES[:1], MANY_INPUTS, grad=False),
 ]

@@ -45,8 +45,11 @@ class Cuda(Backend):
     #: write, where Fusion's decomposition takes two kernels. adam_update (`ops.py`, launched
     #: directly): the same one kernel per parameter as the fused decomposition, without
     #: recording its ~15 ops (~600 of the ~1300 ops a GPT step recorded, bench/gpu.py row 9).
-    #: attention (`attention.py`): two cuBLAS products around one softmax kernel
-    fused_ops = frozenset({"layer_norm", "adam_update", "attention", "layer_norm_backward"})
+    #: attention (`attention.py`): two cuBLAS products around one softmax kernel.
+    #: adam_update_many: a whole optimizer step's updates in one op (`ember.optim.Adam` groups
+    #: them where the backend lists it)
+    fused_ops = frozenset({"layer_norm", "adam_update", "attention", "layer_norm_backward",
+                           "adam_update_many"})
 
     def __init__(self):
         cp, why = _cupy.load()

@@ -34,7 +34,8 @@ F32 = np.dtype(np.float32)
 #: natively; adding such data-movement ops here saves two conversions each, once a GPU run
 #: of the conformance suite has checked them.)
 BF16_NATIVE = frozenset({"reshape", "expand", "permute", "slice", "unfold", "matmul",
-                         "adam_update"})   # (its kernel rounds to bf16 per operation itself)
+                         "adam_update", "adam_update_many"})   # (adam rounds to bf16 per
+#                                                                 operation itself)
 
 
 def namespace(cupy, **overrides):
@@ -175,6 +176,69 @@ def _direct_function(cache: dict, key, source_of, arg, name):
     return f
 
 
+#: parameters one ember_adam_many launch takes (its table is a kernel parameter: < 4 KiB)
+ADAM_MANY_SLOTS = 32
+#: blocks of 256 threads a parameter gets at most in one launch (more loop)
+ADAM_MANY_BLOCKS = 2048
+
+_ADAM_MANY = r"""
+#define EMBER_SLOTS """ + str(ADAM_MANY_SLOTS) + r"""
+struct EmberAdamMany {
+  const T *w[EMBER_SLOTS], *g[EMBER_SLOTS], *m[EMBER_SLOTS], *v[EMBER_SLOTS];
+  T *w_out[EMBER_SLOTS], *m_out[EMBER_SLOTS], *v_out[EMBER_SLOTS];
+  long long n[EMBER_SLOTS];
+  long long first_block[EMBER_SLOTS + 1];
+  int count;
+};
+// a block's parameter: the last slot whose first block is at most blockIdx.x
+extern "C" __global__ void __launch_bounds__(256) ember_adam_many(
+    const EmberAdamMany a, const double beta1, const double beta2, const double k1,
+    const double k2, const double step, const double eps, const double decay, const double l2,
+    const int first, const int use_l2, const int use_decay) {
+  int s = 0;
+  while (s + 1 < a.count && a.first_block[s + 1] <= (long long)blockIdx.x) ++s;
+  const long long n = a.n[s];
+  const long long blocks = a.first_block[s + 1] - a.first_block[s];
+  const T *__restrict__ pw = a.w[s], *__restrict__ pg = a.g[s];
+  const T *__restrict__ pm = a.m[s], *__restrict__ pv = a.v[s];
+  T *__restrict__ pw_out = a.w_out[s], *__restrict__ pm_out = a.m_out[s];
+  T *__restrict__ pv_out = a.v_out[s];
+  for (long long i = ((long long)blockIdx.x - a.first_block[s]) * 256 + threadIdx.x; i < n;
+       i += blocks * 256) {
+    const T w = pw[i], g = pg[i], m = pm[i], v = pv[i];
+    T w_out, m_out, v_out;
+    {
+""" + ADAM_OP + r"""
+    }
+    pw_out[i] = w_out;
+    pm_out[i] = m_out;
+    pv_out[i] = v_out;
+  }
+}
+"""
+#: the table's layout: 7 pointer arrays, the sizes, the first blocks, the count (+ padding)
+_MANY_TABLE = struct.Struct("=" + "Q" * (7 * ADAM_MANY_SLOTS) + "q" * ADAM_MANY_SLOTS +
+                            "q" * (ADAM_MANY_SLOTS + 1) + "i4x")
+_MANY_SCALARS = struct.Struct("=8d" + "i4x" * 3)
+
+
+def adam_many_source(ctype: str) -> str:
+    """``ember_adam_many``: `_ADAM_RAW`'s update for up to `ADAM_MANY_SLOTS` parameters of
+    one dtype in one launch, their pointers and sizes in a table passed by value."""
+    return f"struct float16;\ntypedef {ctype} T;\n" + _ADAM_PLAIN + _ADAM_MANY
+
+
+def adam_many_blocks(sizes, slots: int = ADAM_MANY_SLOTS) -> list:
+    """The table's first blocks for parameters of ``sizes`` elements: parameter j's blocks
+    are ``first[j]`` to ``first[j + 1]`` (256 threads each, at most `ADAM_MANY_BLOCKS`),
+    padded to ``slots + 1`` entries; ``first[-1]`` is the grid."""
+    first, total = [], 0
+    for n in sizes:
+        first.append(total)
+        total += min(-(-n // 256), ADAM_MANY_BLOCKS) if n else 0
+    return first + [total] * (slots + 1 - len(first))
+
+
 class _AdamDirect:
     """adam_update on contiguous f32/f64 operands of one shape through ``cuLaunchKernel``
     (None from `__call__`: another path runs)."""
@@ -289,6 +353,119 @@ def _adam_impl(cp, xp):
             return tuple(o.astype(BF16) for o in outs)
         return outs
     return adam_update
+
+
+def _adam_many_impl(cp, xp):
+    """``adam_update_many``: `_adam_impl`'s update per parameter (the direct path below
+    launches them without the op path between)."""
+    from ...ops.optim import adam_many_split
+    one = []
+
+    def adam_update_many(*xs, **attrs):
+        if not one:
+            one.append(_adam_impl(cp, xp))
+        out = []
+        for quad in adam_many_split(xs):
+            out += one[0](*quad, **attrs)
+        return tuple(out)
+    return adam_update_many
+
+
+class _AdamManyDirect:
+    """adam_update_many on the thread's stream: `ADAM_MANY_SLOTS` parameters a launch of
+    ``ember_adam_many`` (their outputs from the stream's reused arrays), where every
+    parameter is contiguous f32 or f64 of one dtype; one `_AdamDirect` launch per parameter
+    where that kernel cannot be built; else None (the op's implementation runs)."""
+
+    def __init__(self, cp):
+        import ctypes
+        self.cp = cp
+        self._one = _AdamDirect(cp)
+        self._fns = {}
+        self._tls = threading.local()
+        self._ctypes = ctypes
+
+    def _fn(self, ctype, dev):
+        return _direct_function(self._fns, (ctype, dev), adam_many_source, ctype,
+                                "ember_adam_many")
+
+    def _params(self):
+        """This thread's launch buffers: the table, the scalars, the parameter pointers."""
+        p = getattr(self._tls, "params", None)
+        if p is None:
+            ct = self._ctypes
+            table = ct.create_string_buffer(_MANY_TABLE.size)
+            scalars = ct.create_string_buffer(_MANY_SCALARS.size)
+            base = ct.addressof(scalars)
+            ptrs = (ct.c_void_p * 12)(ct.addressof(table), *[base + 8 * i for i in range(11)])
+            p = self._tls.params = (table, scalars, ct.addressof(ptrs), ptrs)
+        return p
+
+    def _launch_many(self, f, quads, outs, st_scalars, flags, stream):
+        table, scalars, params, _ = self._params()
+        _MANY_SCALARS.pack_into(scalars, 0, *st_scalars, *flags)
+        slots = ADAM_MANY_SLOTS
+        one = self._one._direct
+        for lo in range(0, len(quads), slots):
+            part = quads[lo:lo + slots]
+            k = len(part)
+            cols = [[0] * slots for _ in range(7)]
+            sizes = [0] * slots
+            for j, (w, g, m, v) in enumerate(part):
+                for c, a in enumerate((w, g, m, v, *outs[lo + j])):
+                    cols[c][j] = a.data.ptr
+                sizes[j] = w.size
+            first = adam_many_blocks(sizes[:k], slots)
+            total = first[-1]
+            if not total:
+                continue
+            _MANY_TABLE.pack_into(table, 0, *[p for col in cols for p in col], *sizes,
+                                  *first, k)
+            one.raw_launch(f[1], total, 1, 1, 256, 1, 1, 0, stream, params, 0)
+
+    def run(self, prims, attrs, meta, scope, device):
+        from ...ops.optim import adam_many_split
+        nd = self.cp.ndarray
+        quads = adam_many_split(prims)
+        st = None
+        for w, g, m, v in quads:
+            if type(w) is not nd or w.dtype.char not in _CTYPES:
+                return None
+            if st is None:
+                st = w.dtype.type
+            elif w.dtype.type is not st:
+                return None
+            shape = w.shape
+            for a in (g, m, v):
+                if type(a) is not nd or a.dtype.type is not st or a.shape != shape or \
+                        not a._c_contiguous:
+                    return None
+            if not w._c_contiguous:
+                return None
+        one = self._one
+        scalars, flags = one.args(st, **attrs)
+        stream, outputs = scope.stream_ptr, scope.outputs
+        f = self._fn(_CTYPES[np.dtype(st).char], device)
+        if f is None:
+            out = []
+            for w, g, m, v in quads:
+                res = one(w, g, m, v, scalars, flags, stream, outputs)
+                if res is None:            # (no NVRTC: the implementation runs them all)
+                    return None
+                out += res
+            return tuple(out)
+        nd_ = self.cp.ndarray
+        outs = []
+        for w, _, _, _ in quads:
+            shape, dtype = w.shape, w.dtype
+            nb = w.size * dtype.itemsize
+            trio = []
+            for _ in range(3):
+                o = outputs.take(shape, dtype, nb) if outputs is not None and nb else None
+                trio.append(nd_(shape, dtype) if o is None else o)
+            outs.append(tuple(trio))
+        self._launch_many(f, quads, outs, scalars, flags, stream)
+        return tuple(a for trio in outs for a in trio)
 
 
 # -- raw kernels: cross entropy rows, max pooling -------------------------------------------
@@ -972,7 +1149,8 @@ def direct_path(name, cp):
     """``run(prims, attrs, meta, scope, device)`` of an op the Cuda backend may launch
     without switching streams (its outputs, or None: the op's implementation runs), or
     None when the op has no such path."""
-    impl = {"adam_update": _AdamDirect, "full": _FullDirect}.get(name)
+    impl = {"adam_update": _AdamDirect, "adam_update_many": _AdamManyDirect,
+            "full": _FullDirect}.get(name)
     if impl is None:
         return None
     try:
@@ -1010,6 +1188,7 @@ CUDA_IMPLS = {
     "erf": _erf_impl,
     "matmul": _matmul_impl,
     "adam_update": _adam_impl,
+    "adam_update_many": _adam_many_impl,
     "cross_entropy_rows": _ce_impl,
     "cross_entropy_rows_backward": _ce_bwd_impl,
     "max_pool1d": _max_pool_impl(1, False),
