@@ -74,3 +74,33 @@ def test_grad_runs_on_device_path(case):
         if t.is_require_grad():
             g = t.grad(grads)
             assert g is not None and g.shape == t.shape
+
+
+class _Contig(np.ndarray):
+    """NumPy posing as a CuPy array for the view paths (CuPy's ``_c_contiguous``)."""
+
+    @property
+    def _c_contiguous(self):
+        return self.flags.c_contiguous
+
+
+def test_view_direct_paths_are_the_references():
+    """The Cuda backend runs reshape, permute, expand and slice without its stream switch
+    (`ops._ViewDirect`): the same views as the op references; a reshape of an array that is
+    not C-contiguous is left to the op path (it may copy)."""
+    import types
+    ns = types.SimpleNamespace(broadcast_to=np.broadcast_to)
+    x = np.arange(24.0).reshape(2, 3, 4).view(_Contig)
+    ops = em.ops.OPS
+    cases = [("reshape", x, {"shape": (4, 6)}), ("permute", x, {"dims": (2, 0, 1)}),
+             ("expand", x[:, :1], {"shape": (2, 5, 4)}),
+             ("slice", x, {"slices": ((1, 2, 1), (2, -1, -1), (0, 4, 2))})]
+    for name, a, attrs in cases:
+        run = cuda_ops.direct_path(name, ns)
+        got = run((a,), attrs, None, None, 0)
+        want = ops[name].numpy(np.asarray(a), **attrs, xp=np) if name != "slice" else \
+            ops[name].numpy(np.asarray(a), **attrs)
+        assert got.shape == want.shape and np.shares_memory(got, x), name
+        np.testing.assert_array_equal(got, want, err_msg=name)
+    assert cuda_ops.direct_path("reshape", ns)((x.transpose(1, 0, 2),), {"shape": (24,)},
+                                                None, None, 0) is None

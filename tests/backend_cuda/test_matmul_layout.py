@@ -83,6 +83,109 @@ def test_training_operands_need_no_copy():
     assert layout(q[:, :, ::-1].shape, q[:, :, ::-1].strides, 4, (8, 6)) is None   # flipped
 
 
+# -- the gemm's arguments, without a GPU: cuBLAS emulated on host memory ----------------------
+class _HostArray(np.ndarray):
+    """A NumPy array that shows its address as CuPy's ``.data.ptr``."""
+
+    @property
+    def data(self):
+        return type("Ptr", (), {"ptr": self.__array_interface__["data"][0]})()
+
+
+class _HostCupy:
+    """What `CublasMatmul` calls of CuPy, on NumPy arrays (`_HostArray`)."""
+
+    @staticmethod
+    def ndarray(shape, dtype):
+        return np.full(shape, np.nan, dtype).view(_HostArray)
+
+    @staticmethod
+    def ascontiguousarray(x):
+        return np.ascontiguousarray(x).view(_HostArray)
+
+    @staticmethod
+    def broadcast_to(x, shape):
+        return np.broadcast_to(x, shape).view(_HostArray)
+
+    @staticmethod
+    def matmul(a, b):
+        raise AssertionError("float products go to the gemm")
+
+
+def _host_gemm(calls):
+    """``cublasGemmStridedBatchedEx`` on host memory (column-major, as cuBLAS reads it)."""
+    import ctypes
+    sizes = {0: 4, 1: 8}
+
+    def read(ptr, itemsize, trans, rows, cols, ld, stride, count):
+        # op(X) is rows x cols; X lies column-major with leading dim ld (transposed: cols x
+        # rows); matrix i starts stride elements after matrix i - 1
+        step = (1, ld) if trans == 0 else (ld, 1)
+        span = 1 + (count - 1) * stride + (rows - 1) * step[0] + (cols - 1) * step[1]
+        ct = ctypes.c_float if itemsize == 4 else ctypes.c_double
+        flat = np.ctypeslib.as_array((ct * span).from_address(ptr))
+        return np.lib.stride_tricks.as_strided(
+            flat, (count, rows, cols), (stride * itemsize, step[0] * itemsize,
+                                        step[1] * itemsize))
+
+    def gemm(handle, ta, tb, m, n, k, alpha, a, at, lda, sa, b, bt, ldb, sb, beta, c, ct,
+             ldc, sc, count, compute, algo):
+        calls.append((ta, tb, m, n, k, count))
+        size = sizes[at]
+        assert at == bt == ct and lda >= (m if ta == 0 else k) and \
+            ldb >= (k if tb == 0 else n) and ldc >= m
+        prod = read(a, size, ta, m, k, lda, sa, count) @ read(b, size, tb, k, n, ldb, sb,
+                                                                 count)
+        read(c, size, 0, m, n, ldc, sc, count)[...] = prod
+    return gemm
+
+
+def _host_matmul():
+    from ember.backend.cuda.matmul import CublasMatmul
+    mm = CublasMatmul(_HostCupy())
+    calls = []
+    keep = {t: (np.ones((), t), np.zeros((), t)) for t in (np.float32, np.float64)}
+    mm._types = {np.dtype(np.float32): (0, 68, np.dtype(np.float32)),
+                 np.dtype(np.float64): (1, 70, np.dtype(np.float64))}
+    mm._c32, mm._c32_tf32, mm._algo = 68, 77, -1
+    mm._scalars = {np.dtype(t): (o.ctypes.data, z.ctypes.data) for t, (o, z) in keep.items()}
+    mm._keep = keep
+    mm._gemm = _host_gemm(calls)
+    mm._device = type("Dev", (), {"get_cublas_handle": staticmethod(lambda: 0)})
+    return mm, calls
+
+
+def test_gemm_arguments_compute_the_product_on_every_layout():
+    """The arguments `CublasMatmul` gives cuBLAS -- worked out anew, or from the plan kept
+    for a layout seen before -- compute ``a @ b`` for the random layouts above (as left and
+    right operands, with a batch-shared right matrix folded into rows), in NumPy."""
+    mm, calls = _host_matmul()
+    rng = np.random.default_rng(3)
+    checked = planned = 0
+    for _, a, batch in _random_views(rng, n=600):
+        k = a.shape[-1]
+        for right in (rng.normal(size=batch + (k, 3)), rng.normal(size=(k, 2)),
+                      rng.normal(size=(1,) * len(batch) + (k, 4)).swapaxes(-1, -2)
+                      .swapaxes(-1, -2)):
+            y = right.view(_HostArray)
+            want = np.matmul(np.asarray(a, np.float64), np.asarray(right))
+            for _ in range(2):             # the second call: the plan kept by the first
+                got = mm(np.asarray(a).view(_HostArray), y)
+                np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, atol=1e-12,
+                                           err_msg=f"{a.shape} {a.strides} @ {right.shape}")
+            checked += 1
+        planned = sum(p is not None for p in mm._plans.values())
+    assert checked >= 1800 and planned > 100 and len(calls) >= 2 * checked - 50
+    # a linear layer on [batch, seq, d]: one product of all the rows, planned once
+    mm2, calls2 = _host_matmul()
+    x = rng.normal(size=(4, 5, 6)).view(_HostArray)
+    w = rng.normal(size=(6, 3)).view(_HostArray)
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(mm2(x, w)), np.asarray(x) @ np.asarray(w),
+                                   rtol=1e-12)
+    assert calls2 == [(0, 0, 3, 20, 6, 1)] * 3 and len(mm2._plans) == 1
+
+
 # -- on a GPU -------------------------------------------------------------------------------
 @pytest.mark.skipif(not em.cuda.is_available(), reason=f"cuda: {em.cuda.why_unavailable()}")
 @pytest.mark.parametrize("d", ["f64", "f32", "f16", "bf16"])

@@ -30,9 +30,15 @@ def _bf16():
 class CublasMatmul:
     """``matmul(a, b)`` for CuPy arrays of >= 2 dims (the registry's matmul primitive)."""
 
+    #: plans kept (past it the dict starts over)
+    MAX_PLANS = 4096
+
     def __init__(self, cupy):
         self.cp = cupy
         self._types = None      # cuBLAS is loaded on the first product, not at import
+        #: (shapes, strides, dtype, TF32 allowed) -> `_plan`'s gemm arguments, or None
+        #: (operands to copy first: the general path)
+        self._plans: dict = {}
 
     def _setup(self):
         from cupy.cuda import cublas, device, runtime
@@ -56,6 +62,62 @@ class CublasMatmul:
         self._gemm = cublas.gemmStridedBatchedEx
 
     def __call__(self, a, b):
+        # operands of a layout seen before (a training step's products, every step): the
+        # gemm's arguments as worked out then, without the layout analysis below
+        key = (a.shape, a.strides, b.shape, b.strides, a.dtype, b.dtype,
+               precision.allow_tf32())
+        plan = self._plans.get(key, False)
+        if plan is False:
+            if self._types is None:
+                self._setup()
+            plan = self._plan(a, b, key[-1])
+            if len(self._plans) >= self.MAX_PLANS:
+                self._plans = {}
+            self._plans[key] = plan
+        if plan is None:
+            return self._general(a, b)
+        out_shape, dtype, tb, ta, m, n, k, one, ldb, sb, lda, sa, zero, cuda_t, stride, \
+            count, compute = plan
+        out = self.cp.ndarray(out_shape, dtype)
+        self._gemm(self._device.get_cublas_handle(), tb, ta, m, n, k, one, b.data.ptr,
+                   cuda_t, ldb, sb, a.data.ptr, cuda_t, lda, sa, zero, out.data.ptr, cuda_t,
+                   m, stride, count, compute, self._algo)
+        return out
+
+    def _plan(self, a, b, tf32):
+        """The gemm's arguments for operands laid out as ``a`` and ``b`` (all but the
+        pointers), or None where `_general` must run: an operand to copy first, an empty
+        product, a dtype cuBLAS does not take here."""
+        types = self._types.get(a.dtype)
+        if types is None or b.dtype != a.dtype or a.ndim < 2 or b.ndim < 2:
+            return None
+        ashape, bshape = a.shape, b.shape
+        n, k = ashape[-2:]
+        m = bshape[-1]
+        ba, bb = ashape[:-2], bshape[:-2]
+        batch = ba if ba == bb else np.broadcast_shapes(ba, bb)
+        count = int(np.prod(batch, dtype=np.int64)) if batch else 1
+        if count == 0 or n * m == 0 or k == 0:
+            return None
+        la = layout(ashape, a.strides, a.itemsize, batch)
+        lb = layout(bshape, b.strides, b.itemsize, batch)
+        if la is None or lb is None:
+            return None
+        (ta, lda, sa), (tb, ldb, sb) = la, lb
+        if count == 1:
+            sa = sb = 0
+        cuda_t, compute, scalar_t = types
+        if compute == self._c32 and a.dtype == _F32 and tf32:
+            compute = self._c32_tf32
+        out_shape = batch + (n, m)
+        if count > 1 and sb == 0 and ta == _OP_N and sa == n * lda:
+            n, count = n * count, 1          # (as in `_general`)
+        one, zero = self._scalars[scalar_t]
+        return (out_shape, a.dtype, tb, ta, m, n, k, one, ldb, sb, lda, sa, zero, cuda_t,
+                n * m, count, compute)
+
+    def _general(self, a, b):
+        """Any product: operands cuBLAS cannot read as they lie are copied first."""
         cp = self.cp
         if self._types is None:
             self._setup()
