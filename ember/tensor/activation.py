@@ -26,7 +26,6 @@ __all__ = ["sigmoid", "relu", "leaky_relu", "prelu", "gelu", "silu", "log_sigmoi
 
 _SIGMOID = A.SIGMOID
 _RELU = A.RELU
-_SQRT1_2 = 1.0 / math.sqrt(2.0)
 _SQRT_2_PI = math.sqrt(2.0 / math.pi)
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
@@ -102,11 +101,13 @@ def gelu(x, approximate: str = "none"):
     """``x * Phi(x)`` with the normal CDF exact (``"none"``, via erf) or by the tanh
     approximation (``"tanh"``)."""
     _float("gelu", x)
+    if approximate == "none":
+        # one primitive (ember/ops/activation.py): its derivative keeps x only, where the
+        # composite's kept three intermediates
+        return unary(A.GELU, x)
     src = x._dtype
     x = _up(x)
-    if approximate == "none":
-        cdf = (x * _SQRT1_2).erf()
-    elif approximate == "tanh":
+    if approximate == "tanh":
         # tanh is exactly +-1 beyond |x| = 10, so clamping there changes no value and keeps
         # x**3 (and its derivative) finite for huge x
         xc = x.clamp(-10.0, 10.0)

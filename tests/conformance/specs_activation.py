@@ -1,4 +1,4 @@
-"""Cases for activations: the primitives (sigmoid, relu) and every composite, against NumPy
+"""Cases for activations: the primitives (sigmoid, relu, gelu) and every composite, against NumPy
 float64 formulas (``math.erf`` for the exact GELU), including inputs large enough to overflow
 a naive ``exp`` (the results and the gradients must stay finite)."""
 import math
@@ -18,6 +18,12 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 
 def erf(x):
     return np.asarray(_erf(np.asarray(x, dtype=np.float64)), dtype=np.float64)
+
+
+def gelu_slope(x):
+    """d/dx of x * Phi(x): Phi(x) + x * phi(x)."""
+    x = np.asarray(x, dtype=np.float64)
+    return 0.5 * (1 + erf(x / math.sqrt(2))) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
 
 
 def sigmoid(x):
@@ -107,12 +113,16 @@ CASES = [
     Case("hard_sigmoid_params", "clamp", lambda a: a.hard_sigmoid(alpha=0.5, beta=0.25),
          lambda a: np.clip(0.5 * a + 0.25, 0, 1), UN[:1], inputs=(Input("uniform", -4, 4),)),
     # -- smooth --
-    Case("gelu", "erf", lambda a: em.gelu(a),
+    Case("gelu", ("gelu", "gelu_backward"), lambda a: em.gelu(a),
          lambda a: 0.5 * a * (1 + erf(a / math.sqrt(2))), UN),
+    Case("gelu_backward", "gelu_backward", lambda g, x: P("gelu_backward", g, x),
+         lambda g, x: np.asarray(g, np.float64) * gelu_slope(x),
+         [((3, 4), (3, 4)), ((2, 3, 5), (2, 3, 5)), ((), ()), ((0, 3), (0, 3))],
+         inputs=(Input(), Input("uniform", -6.0, 6.0))),
     Case("gelu_tanh", "tanh", lambda a: a.gelu(approximate="tanh"),
          lambda a: 0.5 * a * (1 + np.tanh(math.sqrt(2 / math.pi) * (a + 0.044715 * a ** 3))),
          UN),
-    Case("gelu_large", "erf", lambda a: a.gelu(),
+    Case("gelu_large", ("gelu", "gelu_backward"), lambda a: a.gelu(),
          lambda a: 0.5 * a * (1 + erf(a / math.sqrt(2))), [((4, 6),)], inputs=(HUGE,)),
     Case("gelu_tanh_large", "tanh", lambda a: em.gelu(a, approximate="tanh"),
          lambda a: 0.5 * a * (1 + np.tanh(math.sqrt(2 / math.pi) * (a + 0.044715 * a ** 3))),

@@ -58,6 +58,27 @@ def _erf_impl(cp, xp):
     return erf
 
 
+def _gelu_impl(cp, xp):
+    """gelu and gelu_backward where ember's eager kernels do not run them (no NVRTC): one
+    CuPy ElementwiseKernel each, the references' formulas in the input's float type (f16
+    through f32, rounded once; bf16 arrives as f32)."""
+    from ...ops.activation import INV_SQRT_2PI, SQRT1_2
+    cdf = f"(T)0.5 * (erf(x * (T){SQRT1_2!r}) + (T)1)"
+    pdf = f"exp((x * x) * (T)-0.5) * (T){INV_SQRT_2PI!r}"
+    fwd = cp.ElementwiseKernel("T x", "T y", f"y = (x * (T)0.5) * (erf(x * (T){SQRT1_2!r}) "
+                               f"+ (T)1)", "ember_gelu")
+    bwd = cp.ElementwiseKernel("T g, T x", "T y", f"y = g * ({cdf} + x * ({pdf}))",
+                               "ember_gelu_backward")
+
+    def through_f32(kernel):
+        def run(*xs):
+            if xs[-1].dtype.itemsize < 4:
+                return kernel(*(a.astype(F32) for a in xs)).astype(xs[-1].dtype)
+            return kernel(*xs)
+        return run
+    return through_f32(fwd), through_f32(bwd)
+
+
 def _matmul_impl(cp, xp):
     return xp.matmul
 
@@ -1215,6 +1236,8 @@ def _conv_builder(kind, nd):
 #: op name -> builder(cupy, xp) -> fn(*arrays, **attrs)
 CUDA_IMPLS = {
     "erf": _erf_impl,
+    "gelu": lambda cp, xp: _gelu_impl(cp, xp)[0],
+    "gelu_backward": lambda cp, xp: _gelu_impl(cp, xp)[1],
     "matmul": _matmul_impl,
     "adam_update": _adam_impl,
     "adam_update_many": _adam_many_impl,
