@@ -3,11 +3,10 @@ AMSGrad; ``torch.optim.Adam``/``AdamW`` semantics."""
 from __future__ import annotations
 
 import math
+import os
 
 import ember as em
 from ember.errors import ConfigError
-import os
-
 from ember.ops.optim import ADAM_MANY_MAX, ADAM_UPDATE, ADAM_UPDATE_MANY
 from ember.tensor.dispatch import apply
 

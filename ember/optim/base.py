@@ -17,7 +17,7 @@ And may define, to update many parameters in one op where the device's backend r
 op (``Adam``: ``adam_update_many`` on Cuda):
 
 - ``_defer(w, g, record, consts) -> bool``: whether this parameter's step waits for the
-  others (visiting it then returns the parameter unchanged);
+  others;
 - ``_update_deferred([(w, g, record, consts)]) -> [(w, record)]``: the deferred steps, after
   the visit. (The visit put a new Param in the new module for each deferred one; it is
   filled with the result before `step` returns, so nothing sees it unfilled.)

@@ -400,7 +400,10 @@ class _AdamManyDirect:
 
     def __init__(self, cp):
         import ctypes
+
+        from ...ops.optim import adam_many_split
         self.cp = cp
+        self._split = adam_many_split
         self._one = _AdamDirect(cp)
         self._fns = {}
         self._tls = threading.local()
@@ -445,9 +448,8 @@ class _AdamManyDirect:
             one.raw_launch(f[1], total, 1, 1, 256, 1, 1, 0, stream, params, 0)
 
     def run(self, prims, attrs, meta, scope, device):
-        from ...ops.optim import adam_many_split
         nd = self.cp.ndarray
-        quads = adam_many_split(prims)
+        quads = self._split(prims)
         st = None
         for w, g, m, v in quads:
             if type(w) is not nd or w.dtype.char not in _CTYPES:
