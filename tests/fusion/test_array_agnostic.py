@@ -176,3 +176,25 @@ def test_an_op_with_a_registered_kernel_is_not_fused():
     # x * 2 is materialized for the inner backend's sigmoid; + 1 is a kernel of its own
     assert (st["kernels"], st["inner_ops"]) == (2, 1), st
     assert_close(got, want)
+
+
+def test_adjacent_reduced_dims_of_a_ready_device_array_are_one_kernel():
+    """A sum over dims 0 and 1 of a ready [B, T, d] array (a bias gradient) reads the two
+    dims as one (a view of the buffer): one reduction kernel on a device array as on a NumPy
+    one, where a kernel per dim wrote and read an intermediate."""
+    dev = _device()
+    rt = dev.backend.runtime
+    a = np.random.default_rng(2).normal(size=(4, 6, 5)).astype(np.float32)
+    x = em.tensor(a, device=dev)
+    x.numpy()                                          # ready: a buffer, no pending node
+    before = rt.launches
+    got = x.sum((0, 1)).numpy()
+    assert rt.launches - before == 1
+    np.testing.assert_allclose(got, a.astype(np.float64).sum((0, 1)), rtol=1e-5)
+    # a transposed buffer's dims do not merge: one kernel per dim, the same values
+    y = em.tensor(np.ascontiguousarray(a.transpose(1, 0, 2)), device=dev).swap_dims(0, 1)
+    y.numpy()
+    before = rt.launches
+    np.testing.assert_allclose(y.sum((0, 1)).numpy(), a.astype(np.float64).sum((0, 1)),
+                               rtol=1e-5)
+    assert rt.launches - before >= 1

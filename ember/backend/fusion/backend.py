@@ -109,11 +109,14 @@ def _transposes(prims, min_numel) -> bool:
 
 
 def _mergeable(x, groups) -> bool:
-    """Whether ``x`` is an array whose dims in each group (runs of adjacent dims) merge into
-    one strided dim."""
-    if type(x) is not np.ndarray:
+    """Whether ``x`` is a ready array (NumPy's or the inner backend's, a CuPy array on
+    Fusion(Cuda); not a pending node) whose dims in each group (runs of adjacent dims) merge
+    into one strided dim."""
+    if type(x) is Node:
         return False
-    st, sh = x.strides, x.shape
+    st, sh = getattr(x, "strides", None), getattr(x, "shape", None)
+    if st is None or sh is None or len(st) != len(sh):
+        return False
     return all(st[d] == st[d + 1] * sh[d + 1] for g in groups for d in g[:-1])
 
 
