@@ -10,7 +10,12 @@ backward, AdamW) from the same weights. For each contender it reports:
   activity (CUPTI sees every kernel on the device, CuPy's and ember's too);
 - for ember, the host time by function from ``cProfile`` (top entries by own time and by
   cumulative time), the host time per op on Fusion and on Cuda (by op, and on Cuda by
-  operand shapes: ``{model}-ops.txt``), and the per-step counts of ``em.fusion.stats()``.
+  operand shapes: ``{model}-ops.txt``), and the per-step counts of ``em.fusion.stats()``;
+- for ember, the time on the stream of each Cuda op and each generated kernel (CUDA events
+  recorded around it, by op or kernel and operand shapes; ``*`` marks a non-contiguous
+  operand: ``{model}-events.txt``). The GPU profile names every generated kernel
+  ``ember_kernel``; this says which is which. An event pair spans the GPU's idle time too
+  when the host is behind, so on a host-bound step small items read high.
 
 A step whose wall time is far above its GPU busy time is host-bound: the host path is where
 to look. This is a diagnostic, not a benchmark: its numbers are not targets and are not
@@ -179,6 +184,76 @@ def _op_host_times(step, sync, device, steps: int, top: int = 30) -> str:
     return "\n".join(lines)
 
 
+def events_table(marks, steps: int, elapsed_ms, top: int = 45) -> str:
+    """The `_op_event_times` report from ``marks`` ``[(key, start, end)]``, ``key`` =
+    ``(what, name, operands)``, with ``elapsed_ms(start, end)`` (a GPU-free function of its
+    own: tested without a GPU)."""
+    import collections
+    acc = collections.defaultdict(lambda: [0, 0.0])
+    for key, a, b in marks:
+        acc[key][0] += 1
+        acc[key][1] += elapsed_ms(a, b)
+    total = sum(v[1] for v in acc.values()) / steps
+    by = collections.defaultdict(float)
+    for (what, name, _), (_, t) in acc.items():
+        by[(what, name)] += t / steps
+    lines = [f"{len(marks) / steps:.0f} timed items a step, {total:.3f} ms a step on the "
+             f"stream (events); by op or kernel, us a step:"]
+    for (what, name), t in sorted(by.items(), key=lambda kv: -kv[1])[:25]:
+        lines.append(f"  {t * 1e3:9.1f}  {what:6s} {name}")
+    lines.append("by operand shapes: us a step, calls a step, what, name, operands")
+    for (what, name, sh), (c, t) in sorted(acc.items(), key=lambda kv: -kv[1][1])[:top]:
+        lines.append(f"  {t / steps * 1e3:9.1f} {c / steps:6.1f}x  {what:6s} {name[:44]:44s} "
+                     f"{sh[:90]}")
+    return "\n".join(lines)
+
+
+def _op_event_times(step, sync, device, steps: int) -> str:
+    """Each Cuda op's and generated kernel's span on the thread's stream (CUDA events),
+    aggregated by `events_table`."""
+    import cupy as cp
+    from ember.kernel.cuda import runtime as kr
+    cuda_dev = device.inner.inner
+    backend = cuda_dev.backend
+    stream = backend.scope(cuda_dev.index).stream
+    marks = []
+
+    def shapes(prims):
+        return " ".join(f"{tuple(p.shape)}{'' if p.flags.c_contiguous else '*'}"
+                        if hasattr(p, "flags") else type(p).__name__ for p in prims[:5])
+
+    def timed(what, name, operands, run, *args):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record(stream)
+        try:
+            return run(*args)
+        finally:
+            b.record(stream)
+            marks.append(((what, name, shapes(operands)), a, b))
+
+    run_op = cuda_dev._execute
+    launch = kr.CudaKernelRuntime._launch
+
+    def execute(op, prims, attrs, meta, dev):
+        return timed("op", op.name, prims, run_op, op, prims, attrs, meta, dev)
+
+    def _launch(rt, program, inputs, args, outputs, variant=None):
+        return timed("kernel", repr(program)[:60], inputs, launch, rt, program, inputs, args,
+                     outputs, variant)
+
+    cuda_dev._execute = execute
+    kr.CudaKernelRuntime._launch = _launch
+    try:
+        sync()
+        for _ in range(steps):
+            step()
+        sync()
+    finally:
+        cuda_dev._execute = run_op
+        kr.CudaKernelRuntime._launch = launch
+    return events_table(marks, steps, cp.cuda.get_elapsed_time)
+
+
 def _host_profile(step, sync, steps: int) -> str:
     pr = cProfile.Profile()
     sync()
@@ -229,6 +304,7 @@ def main(argv=None) -> int:
         }
         (out / f"{kind}-host.txt").write_text(_host_profile(e_step, e_sync, steps))
         (out / f"{kind}-ops.txt").write_text(_op_host_times(e_step, e_sync, e_dev, steps))
+        (out / f"{kind}-events.txt").write_text(_op_event_times(e_step, e_sync, e_dev, steps))
         summary[kind] = res
         print(f"{kind}: ember {res['ember_ms']:.3f} ms/step (GPU busy "
               f"{res['ember_gpu']['gpu_busy_ms']:.3f} ms, "

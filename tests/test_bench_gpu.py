@@ -111,3 +111,24 @@ def test_bad_arguments_are_refused():
     assert p.returncode == 2 and "unknown rows [10]" in p.stderr
     p = _run("--skip", "tensorflow", timeout=60)
     assert p.returncode == 2 and "tensorflow" in p.stderr
+
+
+def test_gpu_profile_events_table_aggregates_by_op_and_shapes():
+    """bench/gpu_profile.py's table of CUDA-event spans (the GPU part needs a GPU): spans
+    summed per (op or kernel, operands) and per op or kernel, per step, largest first."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import gpu_profile
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    marks = [(("op", "matmul", "(4, 3) (3, 2)*"), 0.0, 2.0),
+             (("op", "matmul", "(4, 3) (3, 2)*"), 5.0, 9.0),
+             (("op", "matmul", "(8, 3) (3, 2)"), 1.0, 2.0),
+             (("kernel", "CudaProgram(Elementwise (4, 2))", "(4, 2)"), 0.0, 0.5)]
+    text = gpu_profile.events_table(marks, 2, lambda a, b: b - a)
+    lines = text.splitlines()
+    assert lines[0].startswith("2 timed items a step, 3.750 ms a step")
+    assert lines[1].split()[:3] == ["3500.0", "op", "matmul"]     # (2 + 4 + 1) ms / 2 steps
+    assert lines[2].split()[:2] == ["250.0", "kernel"]
+    by_shape = lines[lines.index(next(x for x in lines if x.startswith("by operand"))) + 1]
+    assert by_shape.split()[:4] == ["3000.0", "1.0x", "op", "matmul"] and "(3, 2)*" in by_shape
