@@ -72,17 +72,22 @@ def add_at(out, where, values, xp=np):
     return acc.astype(out.dtype)
 
 
-def check_indices(a, size: int, message, xp=np) -> None:
+def check_indices(a, size: int, message, xp=np, ignore=None) -> None:
     """Raise `IndexError` with ``message(value)`` if a value of the int array ``a`` is outside
-    ``[0, size)``. On NumPy at once. A device namespace with a ``defer_index_check`` (Cuda's:
+    ``[0, size)`` (``ignore``: a value let through, as cross-entropy's ignore_index). On NumPy
+    at once. A device namespace with a ``defer_index_check`` (Cuda's:
     ember/backend/cuda/checks.py) queues the check on the device instead, and raises at the
     next read: no synchronization on the op path. Elsewhere: one read of the range."""
     if not a.size:
         return
     defer = getattr(xp, "defer_index_check", None)
     if defer is not None and size > 0:      # (an empty dim: every value is out of range)
-        defer(a, size, message)
+        defer(a, size, message, ignore=ignore)
         return
+    if ignore is not None:
+        a = a[a != ignore]
+        if not a.size:
+            return
     lo, hi = value_range(a, xp)
     if lo < 0 or hi >= size:
         from ..errors import IndexError_

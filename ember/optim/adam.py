@@ -73,17 +73,17 @@ class Adam(Optimizer):
         return t, m, v, t
 
     def _defer(self, w, g, rec, c):
+        """`_fused`'s plan where the device runs adam_update_many, else None."""
         dev = w._device
         many = _MANY.get(dev)
         if many is None:
             many = _MANY[dev] = _runs_many(dev)
-        return many and self._fused(w, g, rec, c) is not None
+        return self._fused(w, g, rec, c) if many else None
 
     def _update_deferred(self, items):
         groups: dict = {}                      # (device, attrs) -> [item index]
         plans = []
-        for i, (w, g, rec, c) in enumerate(items):
-            t, m, v, key = self._fused(w, g, rec, c)
+        for i, (w, g, rec, c, (t, m, v, key)) in enumerate(items):
             attrs = c[9].get(key)
             if attrs is None:
                 attrs = c[9][key] = self._attrs(c, t, rec is None)

@@ -16,10 +16,10 @@ A concrete optimizer defines:
 And may define, to update many parameters in one op where the device's backend runs such an
 op (``Adam``: ``adam_update_many`` on Cuda):
 
-- ``_defer(w, g, record, consts) -> bool``: whether this parameter's step waits for the
-  others;
-- ``_update_deferred([(w, g, record, consts)]) -> [(w, record)]``: the deferred steps, after
-  the visit. (The visit put a new Param in the new module for each deferred one; it is
+- ``_defer(w, g, record, consts)``: None where this parameter's step runs at its visit, else
+  what the deferred step needs (worked out once, handed back below);
+- ``_update_deferred([(w, g, record, consts, plan)]) -> [(w, record)]``: the deferred steps,
+  after the visit. (The visit put a new Param in the new module for each deferred one; it is
   filled with the result before `step` returns, so nothing sees it unfilled.)
 """
 from __future__ import annotations
@@ -97,7 +97,7 @@ class Optimizer:
     def _update(self, w, g, rec, c):
         raise NotImplementedError
 
-    #: ``_defer(w, g, rec, c) -> bool`` (None: every step runs at its visit)
+    #: ``_defer(w, g, rec, c) -> plan or None`` (None here: every step runs at its visit)
     _defer = None
 
     def _update_deferred(self, items):
@@ -133,7 +133,7 @@ class Optimizer:
         # a GradientsParams is read by param id directly (what its `get` does)
         by_id = grads._grads.get if type(grads) is GradientsParams else None
         defer = self._defer
-        deferred = []       # (pid, param, inner, dev, (w, g, rec, c))
+        deferred = []       # (shell, pid, param, inner, dev, (w, g, rec, c, plan))
 
         def visit(path, param):
             pid = param.id
@@ -158,14 +158,16 @@ class Optimizer:
             rec = state.get(pid)
             if rec is not None and (rec[1] is not inner or pid in unverified):
                 rec = self._adopt(pid, rec, w, inner)
-            if defer is not None and _plain_param(type(param)) and defer(w, g, rec, c):
+            plan = None if defer is None or not _plain_param(type(param)) else \
+                defer(w, g, rec, c)
+            if plan is not None:
                 # the new module holds a Param that is filled in once the deferred steps ran
                 # (below): one pass over the module either way
                 shell = object.__new__(type(param))
                 shell._param_id, shell._require_grad_flag = pid, param.require_grad_flag
                 shell._prim, shell._device, shell._shape, shell._dtype = \
                     param._prim, param._device, param._shape, param._dtype
-                deferred.append((shell, pid, param, inner, dev, (w, g, rec, c)))
+                deferred.append((shell, pid, param, inner, dev, (w, g, rec, c, plan)))
                 return shell
             w2, rec = update(w, g, rec, c)
             return finish(pid, param, inner, dev, w, w2, rec)

@@ -35,11 +35,19 @@ def test_check_indices_defers_to_a_namespace_that_checks_on_its_device():
         stack = staticmethod(np.stack)
 
         @staticmethod
-        def defer_index_check(a, size, message):
-            queued.append((a.tolist(), size, message(7)))
+        def defer_index_check(a, size, message, ignore=None):
+            queued.append((a.tolist(), size, message(7)) + ((ignore,) if ignore else ()))
 
     _xp.check_indices(np.array([0, 7]), 5, lambda bad: f"op: index {bad}", Deferring)
     assert queued == [([0, 7], 5, "op: index 7")]
+    # a value let through (cross-entropy's ignore_index) goes with the check
+    _xp.check_indices(np.array([0, -100]), 5, lambda bad: f"op: index {bad}", Deferring,
+                      ignore=-100)
+    assert queued[-1] == ([0, -100], 5, "op: index 7", -100)
+    _xp.check_indices(np.array([4, -100, 0]), 5, lambda bad: "never", np, ignore=-100)
+    with pytest.raises(IndexError_, match="op: index 5"):
+        _xp.check_indices(np.array([-100, 5]), 5, lambda bad: f"op: index {bad}", np,
+                          ignore=-100)
     # an empty dim: every value is out of range, raised at once (one read)
     with pytest.raises(IndexError_, match="op: index 0"):
         _xp.check_indices(np.array([0]), 0, lambda bad: f"op: index {bad}", Deferring)

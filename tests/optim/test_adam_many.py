@@ -97,13 +97,35 @@ def test_switched_off_by_the_environment(monkeypatch):
     assert Many.calls and {n for n, _ in Many.calls} == {"adam_update"}
 
 
-def test_state_continues_across_save_and_load():
+def test_state_continues_across_save_and_load(tmp_path):
+    """The batched op's state is saved and loaded like any step's: two steps, save, a new
+    optimizer loads the file, two more steps -- the bits of four uninterrupted steps."""
     dev = _device(Many(), True)
     got, opt = _train(dev, OPTIMIZERS["adamw"], steps=2)
     rec = opt.state_dict() if hasattr(opt, "state_dict") else None
     assert rec is None or rec                                # (saved like any step's state)
     st = opt._state
     assert st and all(r[0] == 2 and r[2] is not None and r[3] is not None for r in st.values())
+
+    want, _ = _train(_device(Many(), True), OPTIMIZERS["adamw"], steps=4)
+    dev.seed(0)
+    net = Net(dev)
+    x = em.tensor(np.random.default_rng(0).normal(size=(8, 6)).astype(np.float32), device=dev)
+
+    def steps(net, opt, n):
+        for _ in range(n):
+            loss = ((net.b(net.a(x).relu()) * net.scale) ** 2).mean()
+            net = opt.step(None, net, em.GradientsParams.from_grads(loss.backward(), net))
+        return net
+    first = OPTIMIZERS["adamw"]()
+    net = steps(net, first, 2)
+    first.save(tmp_path / "opt.safetensors")
+    second = OPTIMIZERS["adamw"]().load(tmp_path / "opt.safetensors")
+    Many.calls = []
+    net = steps(net, second, 2)
+    assert [n for n, _ in Many.calls if n.startswith("adam")] == ["adam_update_many"] * 2
+    for k, t in net.named_parameters():
+        np.testing.assert_array_equal(t.numpy(), want[k], err_msg=k)
 
 
 def test_op_refuses_a_bad_input_count_and_matches_adam_update():

@@ -953,6 +953,7 @@ def _ce_empty_classes(M, C):
 
 
 def _ce_impl(cp, xp):
+    from ...ops._xp import check_indices
     from ...ops.nn import _ce_numpy, ce_target_message
     kernels = _Kernels(cp, CE_SOURCE)
 
@@ -967,10 +968,9 @@ def _ce_impl(cp, xp):
             return loss, valid
         _ce_empty_classes(M, C)
         x, sx, t, st = _ce_operands(cp, x, t)
-        check = getattr(xp, "defer_index_check", None)
-        if check is not None:      # (the NumPy path's check, raised at the next read)
-            check(t, C, lambda bad: ce_target_message(bad, C, ignore_index),
-                  ignore=ignore_index)
+        # the reference's target check (on Cuda queued on the device, raised at the next read)
+        check_indices(t, C, lambda bad: ce_target_message(bad, C, ignore_index), xp,
+                      ignore=ignore_index)
         mode, grid, block = _ce_launch(M, C)
         kernels.launch(f"ember_ce_fwd_{kd}_{_INDEX_DTYPES[t.dtype]}_{mode}", grid, block,
                        (x, t, loss, valid), (M, C, sx[0], sx[1], st, int(ignore_index)))
