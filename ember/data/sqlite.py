@@ -68,9 +68,41 @@ def _encode(kind: str, value):
         return bytes(value)
     if kind == "ndarray":
         buf = io.BytesIO()
-        np.save(buf, np.ascontiguousarray(value), allow_pickle=False)
+        # (not ascontiguousarray: it makes a 0-d array 1-d; np.save writes any layout)
+        np.save(buf, value, allow_pickle=False)
         return buf.getvalue()
     return value
+
+
+#: one thread at a time parses an array blob's header (`decode_array`)
+_HEADER_LOCK = threading.Lock()
+
+
+def decode_array(blob: bytes) -> np.ndarray:
+    """The array `_encode` wrote (``.npy`` bytes), a new writable array.
+
+    The header is a Python literal that NumPy parses with ``ast.literal_eval``; CPython 3.11
+    counts the AST constructor's recursion depth per interpreter, not per thread, so loader
+    threads parsing at once -- a garbage collection switching threads mid-parse -- fail with
+    "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905). The
+    header is parsed under a lock; the data is copied outside it."""
+    fp = io.BytesIO(blob)
+    version = np.lib.format.read_magic(fp)
+    read = {(1, 0): np.lib.format.read_array_header_1_0,
+            (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+    if read is None:                     # (another header version: np.load, all of it locked)
+        with _HEADER_LOCK:
+            return np.load(io.BytesIO(blob), allow_pickle=False)
+    with _HEADER_LOCK:
+        shape, fortran, dtype = read(fp)
+    if dtype.hasobject:
+        raise ValueError("the array holds Python objects (pickled data is not read)")
+    count = 1
+    for n in shape:
+        count *= n
+    flat = np.frombuffer(blob, dtype, count=count, offset=fp.tell())
+    out = flat.reshape(shape[::-1]).T if fortran else flat.reshape(shape)
+    return out.copy(order="K")
 
 
 def _as_row(item) -> Mapping[str, Any]:
@@ -355,7 +387,7 @@ class SqliteDataset(Dataset):
                 value = bool(value)
             elif kind == "ndarray":
                 try:
-                    value = np.load(io.BytesIO(value), allow_pickle=False)
+                    value = decode_array(value)
                 except Exception as e:
                     raise DatasetError(f"{where}, column {name!r}: the array blob does not "
                                        f"decode ({e})") from None

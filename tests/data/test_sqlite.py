@@ -174,3 +174,54 @@ def test_threaded_loader_reads_sqlite(tmp_path):
     np.testing.assert_array_equal(np.concatenate(ys), np.arange(40))
     names = {t.name for t in threading.enumerate()}
     assert not any(n.startswith("ember-data") for n in names)
+
+
+def test_array_blobs_decode_in_many_threads_at_once():
+    """Loader threads decode array blobs at once while garbage collections run: NumPy parses a
+    blob's header with ast.literal_eval, which CPython 3.11 cannot run in two threads at once
+    (a collection switching threads mid-parse: "AST constructor recursion depth mismatch");
+    the SQLite reader parses one header at a time. (With np.load this failed in most runs.)"""
+    from ember.data.sqlite import _encode, decode_array
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    blob = _encode("ndarray", a)
+    errors = []
+
+    class Garbage:
+        def __del__(self):
+            sum(range(10))                      # Python code run by a collection
+
+    def work():
+        for _ in range(3000):
+            junk = [Garbage() for _ in range(3)]
+            cycle = [junk]
+            cycle.append(cycle)                 # collected by the cycle collector, mid-parse
+            try:
+                got = decode_array(blob)
+            except Exception as e:  # noqa: BLE001
+                errors.append(repr(e))
+                return
+            if not (got.shape == a.shape and (got == a).all()):
+                errors.append(f"decoded {got!r}")
+                return
+
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:2]
+
+
+def test_array_blob_round_trips_keep_shape_and_layout(tmp_path):
+    """Arrays come back with their shape and values: a 0-d array stays 0-d (it came back as
+    shape (1,)), a Fortran-ordered or strided one as its values."""
+    path = tmp_path / "a.db"
+    arrays = [np.array(3.5), np.asfortranarray(np.arange(6.0).reshape(2, 3)),
+              np.arange(12, dtype=np.int16).reshape(3, 4)[:, ::2], np.zeros((0, 4), np.float32)]
+    with SqliteDatasetWriter(path) as w:
+        w.write_many("train", ({"x": a} for a in arrays))
+    ds = SqliteDataset(path, "train")
+    for i, a in enumerate(arrays):
+        got = ds.get(i)["x"]
+        assert got.shape == a.shape and got.dtype == a.dtype and got.flags.writeable
+        np.testing.assert_array_equal(got, a)
