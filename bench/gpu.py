@@ -346,14 +346,18 @@ def time_group(timed: dict, ctx: "Ctx", budget_s: float) -> dict:
     """Seconds per call of each contender: its first call (compiles included), warm-up
     calls and calibration in turn, then the repeats of all contenders interleaved (A B C A B
     C ...) so that a drift of the GPU's clocks or temperature falls on all alike; at most
-    ``ctx.repeat`` repeats each, fewer when ``budget_s`` runs out. Returns ``{name: timing
-    dict}``, or ``{name: exception}`` for a contender that failed."""
+    ``ctx.repeat`` repeats each, fewer when ``budget_s`` runs out. Only the interleaved
+    repeats are results (a calibration ran alone: the first contender's on a GPU still cool,
+    at boost clocks an H200 under a long bf16 product does not keep); the calibration sample
+    counts only for a contender that got no repeat. Returns ``{name: timing dict}``, or
+    ``{name: exception}`` for a contender that failed."""
     out, state = {}, {}
     for name, t in timed.items():
         try:
             first = first_call(t.fn, t.sync)
             n, dt = _calibrate(t, ctx.target_s)
-            state[name] = {"n": n, "times": [dt / n], "first_call_s": first, "last": dt}
+            state[name] = {"n": n, "times": [], "calibration": dt / n, "first_call_s": first,
+                           "last": dt}
         except Exception as e:  # noqa: BLE001
             out[name] = e
     start = time.perf_counter()
@@ -375,7 +379,7 @@ def time_group(timed: dict, ctx: "Ctx", budget_s: float) -> dict:
             break
     for name, s in state.items():
         if name not in out:
-            ts = s["times"]
+            ts = s["times"] or [s["calibration"]]
             out[name] = {"best_s": min(ts), "median_s": statistics.median(ts), "calls": s["n"],
                          "repeats": len(ts), "first_call_s": s["first_call_s"]}
     return out
