@@ -13,7 +13,8 @@ each way -- on a host-bound training step each op costs more in dispatch than in
 f16/bf16 are computed in f32 and rounded once (both outputs), f64 in f64. Only ``out`` is
 differentiable (the registry's rule for several outputs): the derivative is written from
 the weights with Tensor ops -- ``dV = P^T dO``, ``dP = dO V^T``, ``dS = softmax_backward(dP,
-P) * scale``, ``dQ = dS K``, ``dK = dS^T Q`` -- so the backward pass fuses like any other
+P) * scale``, ``dQ = dS K``, ``dK = dS^T Q``, the transposes as matmul's flags, not permute
+ops -- so the backward pass fuses like any other
 (a hidden score has ``P = 0``, hence ``dS = 0``; rows that see no key, ``offset < 0`` only,
 are masked explicitly as the composite's mask_fill did). ``decompose`` is the composite,
 which Fusion records and fuses for large tensors unless the backend below runs the op as
@@ -25,6 +26,7 @@ import numpy as np
 
 from ..errors import DTypeError, ShapeError
 from ._api import api, run_op
+from .linalg import MATMUL
 from .nn import SOFTMAX_BACKWARD, _ct, _quiet_sm, _sm_down, _sm_up, _softmax_numpy
 from .registry import declare
 from .rules import require_kind
@@ -135,9 +137,9 @@ def _vjp(g, inputs, out, scale, causal, offset, needs):
     gf = _sm_up(g)
     dq = dk = dv = None
     if needs[2]:
-        dv = _sm_down(p.swap_dims(-1, -2) @ gf, src)
+        dv = _sm_down(_mm(p, gf, ta=True), src)
     if needs[0] or needs[1]:
-        dp = gf @ _sm_up(v).swap_dims(-1, -2)
+        dp = _mm(gf, _sm_up(v), tb=True)
         ds = run_op(SOFTMAX_BACKWARD, (dp, p), dim=len(p._shape) - 1) * scale
         lq, lk = p._shape[-2], p._shape[-1]
         if causal and offset < 0 and lq and lk:
@@ -146,8 +148,13 @@ def _vjp(g, inputs, out, scale, causal, offset, needs):
         if needs[0]:
             dq = _sm_down(ds @ _sm_up(k), src)
         if needs[1]:
-            dk = _sm_down(ds.swap_dims(-1, -2) @ _sm_up(q), src)
+            dk = _sm_down(_mm(ds, _sm_up(q), ta=True), src)
     return (dq, dk, dv)
+
+
+def _mm(a, b, ta=False, tb=False):
+    """``a @ b`` with an operand read transposed (matmul's flags: no permute op)."""
+    return run_op(MATMUL, (a, b), ta=ta, tb=tb)
 
 
 ATTENTION = declare(

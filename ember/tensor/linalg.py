@@ -1,15 +1,25 @@
 """Linear algebra functions of the Tensor API: matmul (and ``@``), dot, outer, linear."""
 from __future__ import annotations
 
+from .. import dtype as dt
 from ..errors import DTypeError, ShapeError
 from ..ops import linalg as L
 from . import dispatch
-from .dispatch import binary
+from .dispatch import apply, binary
 
 __all__ = ["matmul", "dot", "outer", "linear"]
 
 _MATMUL = L.MATMUL
 _check_inner = L.check_inner
+
+
+def _promoted(a, b):
+    """``a`` and ``b`` cast to their common dtype (what `binary` does for ``@``)."""
+    da, db = a._dtype, b._dtype
+    if da is db:
+        return a, b
+    common = dt.promote(da, db)
+    return (a if da is common else a.cast(common)), (b if db is common else b.cast(common))
 
 
 def _require_tensors(op, a, b):
@@ -19,14 +29,29 @@ def _require_tensors(op, a, b):
                          f"{type(b).__name__}")
 
 
-def matmul(a, b):
+def matmul(a, b, *, transpose_a: bool = False, transpose_b: bool = False):
     """Matrix product with NumPy/PyTorch semantics: operands of >= 2 dims are batches of
     matrices whose batch dims broadcast; a 1-d first operand is a row vector and a 1-d second
     operand a column vector (the added dim is dropped from the result); two 1-d operands give
-    their dot product (0-d)."""
+    their dot product (0-d). ``transpose_a`` / ``transpose_b`` (as ``tf.matmul``'s) read
+    that operand's last two dims transposed -- ``matmul(g, w, transpose_b=True)`` is ``g @
+    w.swap_dims(-1, -2)`` as one op; the operand needs at least 2 dims."""
     _require_tensors("matmul", a, b)
     sa, sb = a._shape, b._shape
     na, nb = len(sa), len(sb)
+    if transpose_a is not False or transpose_b is not False:
+        if na < 2 and transpose_a or nb < 2 and transpose_b:
+            raise ShapeError(f"matmul: a transposed operand needs at least 2 dims, got "
+                             f"{sa}{' (transpose_a)' if transpose_a else ''} and "
+                             f"{sb}{' (transpose_b)' if transpose_b else ''}")
+        if na >= 2 and nb >= 2:
+            a, b = _promoted(a, b)
+            return apply(_MATMUL, (a, b), {"ta": transpose_a, "tb": transpose_b})
+        if transpose_a:
+            a = a.swap_dims(-1, -2)
+        if transpose_b:
+            b = b.swap_dims(-1, -2)
+        return matmul(a, b)
     if na >= 2 and nb >= 2:
         return binary(_MATMUL, a, b)
     if na == 0 or nb == 0:

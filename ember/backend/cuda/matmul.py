@@ -61,7 +61,11 @@ class CublasMatmul:
         self._scalars = {t: (o.ctypes.data, z.ctypes.data) for t, (o, z) in self._keep.items()}
         self._gemm = cublas.gemmStridedBatchedEx
 
-    def __call__(self, a, b):
+    def __call__(self, a, b, ta=False, tb=False):
+        if ta:          # (the primitive's transpose flags: a view, read with cuBLAS's own)
+            a = a.swapaxes(-1, -2)
+        if tb:
+            b = b.swapaxes(-1, -2)
         # operands of a layout seen before (a training step's products, every step): the
         # gemm's arguments as worked out then, without the layout analysis below
         key = (a.shape, a.strides, b.shape, b.strides, a.dtype, b.dtype,
