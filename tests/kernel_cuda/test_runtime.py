@@ -30,6 +30,32 @@ def test_tuner_store_roundtrip(tmp_path):
     assert t2.choose("cuda|k", [], lambda v: 1 / 0) == v and t2.stats["db_hits"] == 1
 
 
+def test_tuner_confirms_the_winner_against_the_default(tmp_path):
+    """The descent took each variant's first timing; the winner must beat the default again
+    in alternating re-measurements (a default timed slow once -- its first launch, a clock
+    change -- no longer loses to a slower variant)."""
+    def tuner():
+        return CudaTuner(cache_root=tmp_path / str(len(list(tmp_path.iterdir()))),
+                         enabled=True, budget_s=5.0, tune_after=0)
+    calls = []
+
+    def cold_default(v):              # the default is 1.0, timed 1.5 on its first run
+        calls.append(v)
+        if v == CudaVariant():
+            return 1.5 if calls.count(v) == 1 else 1.0
+        return 1.05 if v.block == 128 else 1.2
+    t = tuner()
+    assert t.choose("cuda|cold", [("block", [128, 512])], cold_default) == CudaVariant()
+    assert calls.count(CudaVariant()) == 1 + CudaTuner.CONFIRM
+    # a variant that is faster in every timing still wins, and is what the store keeps
+    t = tuner()
+    v = t.choose("cuda|fast", [("block", [128, 512])],
+                 lambda v: 0.6 if v.block == 128 else 1.0)
+    assert v == CudaVariant(block=128)
+    assert CudaTuner(cache_root=t.cache_root, enabled=True).choose(
+        "cuda|fast", [], lambda v: 1 / 0) == v
+
+
 @pytest.fixture(scope="module")
 def rt(tmp_path_factory):
     return gpu_or_skip(tmp_path_factory.mktemp("cuda-rt"))
