@@ -1,13 +1,8 @@
-"""Small helpers shared by the layers (argument checks, devices, mask values)."""
+"""Small helpers shared by the layers (argument checks, devices)."""
 from __future__ import annotations
 
 import ember as em
 from ember.errors import ConfigError
-
-# the most negative finite value of each float dtype: masked attention scores are filled
-# with it, so a fully masked row gives uniform weights instead of NaN
-_LOWEST = {"float64": -1.7976931348623157e308, "float32": -3.4028234663852886e38,
-           "float16": -65504.0, "bfloat16": -3.3895313892515355e38}
 
 
 def as_device(device):
@@ -17,10 +12,6 @@ def as_device(device):
     if isinstance(device, str):
         return em.device(device)
     return device
-
-
-def lowest(dtype) -> float:
-    return _LOWEST.get(dtype.name, -3.4028234663852886e38)
 
 
 def positive_int(owner: str, name: str, v) -> int:

@@ -16,10 +16,10 @@ from typing import Any, NamedTuple
 
 import ember as em
 from ember.errors import ConfigError, ShapeError
-from ember.ops.attention import ATTENTION, causal_hidden, misfit
+from ember.ops.attention import ATTENTION, causal_hidden, lowest, misfit
 from ember.tensor.dispatch import apply
 
-from ._util import lowest, make_config, positive_int, probability
+from ._util import make_config, positive_int, probability
 from .dropout import Dropout, dropout
 from .linear import Linear
 

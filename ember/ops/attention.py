@@ -34,10 +34,16 @@ from .rules import require_kind
 _OP = "attention"
 
 
-def lowest(ct) -> float:
-    """The lowest finite value of the NumPy compute dtype ``ct`` (f32 or f64): a hidden
-    key's score."""
-    return float(np.finfo(ct).min)
+def lowest(dtype) -> float:
+    """The lowest finite value of a float ``dtype`` (a NumPy dtype, or an ember DType): a
+    hidden key's score -- in the compute dtype here, in the scores' own dtype where
+    `ember.nn` masks them."""
+    d = getattr(dtype, "np", dtype)
+    try:
+        return float(np.finfo(d).min)
+    except ValueError:                 # bfloat16: NumPy's finfo does not know it
+        import ml_dtypes
+        return float(ml_dtypes.finfo(d).min)
 
 
 def _check_attrs(scale, causal, offset):
