@@ -22,6 +22,23 @@ def test_matmul_inner_mismatch_names_shapes():
         t((3,)) @ t((4,))
 
 
+def test_matmul_transpose_flags_errors_and_promotion():
+    with pytest.raises(ShapeError, match=r"matmul: inner dims do not match: \(3, 2\)\^T @ "
+                                         r"\(2, 3\) contracts 3 with 2"):
+        em.matmul(t((3, 2)), t((2, 3)), transpose_a=True)
+    with pytest.raises(ShapeError, match=r"matmul: a transposed operand needs at least 2 dims, "
+                                         r"got \(3,\) \(transpose_a\)"):
+        em.matmul(t((3,)), t((3, 2)), transpose_a=True)
+    with pytest.raises(DTypeError, match=r"matmul: tb .* must be a bool, got int 1"):
+        em.matmul(t((2, 3)), t((4, 3)), transpose_b=1)
+    # mixed dtypes promote as @ does; a 1-d operand with the other transposed
+    out = em.matmul(t((3, 2), em.f16), t((3, 4), em.f32), transpose_a=True)
+    assert out.dtype == em.f32 and out.shape == (2, 4)
+    v = em.matmul(t((3,)), t((2, 3), seed=1), transpose_b=True)
+    np.testing.assert_allclose(v.numpy(), t((3,)).numpy() @ t((2, 3), seed=1).numpy().T,
+                               rtol=1e-6)
+
+
 def test_matmul_batch_mismatch():
     with pytest.raises(ShapeError, match="matmul.*broadcast"):
         t((2, 3, 4)) @ t((3, 4, 5))
