@@ -4,7 +4,8 @@ Without a GPU: for NumPy arrays of many layouts (transposed, row slices, batch p
 broadcast batches, flips), what `layout` tells cuBLAS to read -- matrix by matrix, with the
 transpose flag, leading dimension and batch stride -- is the operand's data, and the
 leading dimensions are valid; the usual autodiff operands (``w.T``, ``x.T``) need no copy.
-On a GPU: products of such operands match NumPy float64 for every float dtype."""
+The transpose flags (``ta``/``tb``) are checked the same way. On a GPU: products of such
+operands match NumPy float64 for every float dtype."""
 from __future__ import annotations
 
 import numpy as np
@@ -184,6 +185,35 @@ def test_gemm_arguments_compute_the_product_on_every_layout():
         np.testing.assert_allclose(np.asarray(mm2(x, w)), np.asarray(x) @ np.asarray(w),
                                    rtol=1e-12)
     assert calls2 == [(0, 0, 3, 20, 6, 1)] * 3 and len(mm2._plans) == 1
+
+
+def test_transpose_flags_compute_the_transposed_products():
+    """matmul's ``ta``/``tb`` attrs (its derivative's transposes): the gemm's arguments
+    compute ``a^T @ b``, ``a @ b^T`` and ``a^T @ b^T`` for the random layouts above, in NumPy,
+    through both paths (worked out anew, and the plan kept for the layout)."""
+    mm, calls = _host_matmul()
+    rng = np.random.default_rng(4)
+    checked = 0
+    for _, a, batch in _random_views(rng, n=300):
+        k = a.shape[-2]                       # a read transposed: (..., k, n) -> (..., n, k)
+        a64 = np.asarray(a, np.float64)
+        at = np.swapaxes(a64, -1, -2)
+        for right, tb in ((rng.normal(size=batch + (k, 3)), False),
+                          (rng.normal(size=(2, k)), True),
+                          (rng.normal(size=batch + (4, k)), True)):
+            y = np.ascontiguousarray(right).view(_HostArray)
+            want = np.matmul(at, np.swapaxes(right, -1, -2) if tb else right)
+            for _ in range(2):
+                got = mm(np.asarray(a).view(_HostArray), y, ta=True, tb=tb)
+                np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, atol=1e-12,
+                                           err_msg=f"{a.shape} {a.strides}^T tb={tb}")
+            checked += 1
+        # a @ b^T with a as the left operand as it lies
+        right = rng.normal(size=(5, a.shape[-1]))
+        got = mm(np.asarray(a).view(_HostArray), np.ascontiguousarray(right).view(_HostArray),
+                 tb=True)
+        np.testing.assert_allclose(np.asarray(got), a64 @ right.T, rtol=1e-12, atol=1e-12)
+    assert checked == 900 and calls
 
 
 # -- on a GPU -------------------------------------------------------------------------------
