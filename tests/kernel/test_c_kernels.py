@@ -541,6 +541,17 @@ def test_reduce_float_sum_modes_bit_exact(rt):
     out, p = red(rt, xt, 0, "sum")
     assert p.mode == "column"
     bits_equal(out[0], _pairwise_col(xt))
+    # column mode over a long axis with few lanes: segments of 1024 rows reduce in
+    # parallel (a partial last one) and combine in the same tree, on any thread count
+    long = np.ascontiguousarray(rng.standard_normal((5000, 24)).astype(np.float32))
+    out, p = red(rt, long, 0, "sum")
+    assert p.mode == "column" and render(p.kernel).items == 5        # 5 segments, 1 item
+    bits_equal(out[0], _pairwise_col(long))
+    from ember.kernel.autotune import Variant
+    p1 = rt.compile(p.kernel, Variant(threads=1))
+    o1 = np.empty_like(out)
+    rt.launch_into(p1, [long], [], [o1])
+    bits_equal(o1, out)
     big = rng.standard_normal((2, 70000)).astype(np.float32)
     out, p = red(rt, big, 1, "sum")
     assert p.mode == "split"
@@ -701,6 +712,8 @@ def test_reduce_ints_every_mode_by_python(rt, d):
     cases = [(rng.integers(info.min, info.max, (3, 300), endpoint=True).astype(d.np), 1, "row"),
              (rng.integers(info.min, info.max, (300, 40), endpoint=True).astype(d.np), 0,
               "column"),
+             (rng.integers(info.min, info.max, (2500, 20), endpoint=True).astype(d.np), 0,
+              "column"),                                   # (split into row segments)
              (rng.integers(info.min, info.max, (1, 70000), endpoint=True).astype(d.np), 1,
               "split")]
     for x, axis, mode in cases:

@@ -25,7 +25,11 @@ Loop structure
   binary-counter stack, so the error grows like ``log n`` as in NumPy. A few outputs over a
   long axis (full reductions) are *split*: fixed segments of the axis reduce in parallel and
   are combined in order; the segments are aligned with the pairwise tree, so results do not
-  depend on the thread count (or on splitting at all). A ``broadcast=True`` reduction
+  depend on the thread count (or on splitting at all). Column mode splits the same way
+  where a long axis has too few lane blocks to share out (a bias gradient's ``[B*T, D]``
+  summed over rows): segments of `COL_SPLIT_SEG` rows, each item keeping the full lanes (on
+  2 cores, ``[8192, 384]`` f32 155-165 -> 93-104 us, BENCHMARKS.md; narrowing the lanes to
+  make items had each item read a 64-byte strip of every 1.5 KB row). A ``broadcast=True`` reduction
   (softmax, layer norm) reduces each row, then sweeps it again writing the epilogue at every
   position (in split mode the sweep is parallel over the segments too). In column mode the
   epilogue's parts that do not change along the reduced axis (``rsqrt(var + eps)``) are
@@ -73,6 +77,7 @@ SPLIT_SEG = 1 << 15      # split-mode segment (a power of two number of blocks)
 MASK_ALL_SELECTS = True  # every float select as a bit-mask select (vectorizes reliably)
 ROW_LANES = 16           # row mode (not float sums): accumulators per position
 COL_BYTES = 1024         # column mode: bytes of accumulators per work item (W lanes)
+COL_SPLIT_SEG = 1 << 10  # column split: rows a segment (a power of two number of blocks)
 DEFAULT_CHUNK = 1 << 14  # elements per work item when the launch passes 0
 
 
@@ -1044,88 +1049,169 @@ def _render_reduce(k: ir.Reduce, gen: _Gen, I: str) -> tuple:
         work = P * R
         NV = sizes[-1]
         outer_sizes = sizes[:-1]
+        PO = prod(outer_sizes)
         W = max(16, (opts.col_bytes or COL_BYTES) // SIZE[ACC])
-        while W > 16 and (NV <= W // 2 or prod(outer_sizes) * ((NV + W - 1) // W) < 16):
+        while W > 16 and NV <= W // 2:
+            W //= 2
+        # a long reduced axis under too few work items to share out: segments of it reduce
+        # in parallel, each item keeping the full lanes (a sweep of whole cache lines), and
+        # are combined in order (split); else fewer lanes make more items
+        NS = 1
+        if not bc and R >= 2 * COL_SPLIT_SEG and PO * ((NV + W - 1) // W) < 16:
+            NS = (R + COL_SPLIT_SEG - 1) // COL_SPLIT_SEG
+        while NS == 1 and W > 16 and PO * ((NV + W - 1) // W) < 16:
             W //= 2        # fewer lanes when the items would be too few to share out
         nvb = (NV + W - 1) // W
-        PO = prod(outer_sizes)
-        nblocks = max(1, (R + ROW_BLOCK - 1) // ROW_BLOCK)
-        depth = max(1, math.ceil(math.log2(nblocks)) + 1) if nblocks > 1 else 1
-        src(f"const {I} NVB = {nvb};")
-        src(f"const {I} items = {PO} * NVB;")
-        if pf:
-            src(pf)
-        src.open(f"for ({I} it = 0; it < items; it++)")
-        src(f"const {I} po = it / NVB, j0 = (it % NVB) * {W};")
-        src(f"const {I} jn = {NV} - j0 < {W} ? {NV} - j0 : {W};")
-        # outer multi-index (dims 0..D-2) from po, lane dim from j0
-        if outer_sizes:
-            src(f"{I} r_ = po;")
-            for d in range(D - 2, -1, -1):
-                if d == 0:
-                    src(f"{I} i{d} = r_;")
-                else:
-                    src(f"{I} i{d} = r_ % {sizes[d]}; r_ /= {sizes[d]};")
-            src("(void)r_;")
-        src(f"{I} i{D - 1} = j0; (void)i{D - 1};")
-        for b in range(nbo):
-            terms = [str(offs_o[b])] + [f"i{d} * {cstrides[b][d]}" for d in range(D)
-                                        if cstrides[b][d] != 0]
-            src(f"const {I} o{b} = {' + '.join(terms)};")
-        src(f"{ACC} acc[{W}];")
         simd = _pragma_simd(opts)
-        if pairwise:
-            src(f"{ACC} st_[{depth}][{W}]; int top_ = 0; int64_t nblk_ = 0;")
-            src.open(f"for ({I} k0 = 0; k0 < R; k0 += {ROW_BLOCK})")
-            src(f"const {I} ke = k0 + {ROW_BLOCK} < R ? k0 + {ROW_BLOCK} : R;")
-            src(f"{ACC} blk[{W}];")
-            src(f"for ({I} j = 0; j < {W}; j++) blk[j] = {ident};")
-            src.open(f"for ({I} kk = k0; kk < ke; kk++)")
-            src(*simd)
-            src.open(f"for ({I} j = 0; j < jn; j++)")
-            lines, val = pro_value("kk", "j")
-            src(*lines)
-            src(f"blk[j] = {comb('blk[j]', val)};")
+
+        def col_setup(q):
+            """po, j0, jn and the offsets o{b} of work item ``q`` (outer position, lanes)."""
+            src(f"const {I} po = {q} / NVB, j0 = ({q} % NVB) * {W};")
+            src(f"const {I} jn = {NV} - j0 < {W} ? {NV} - j0 : {W};")
+            # outer multi-index (dims 0..D-2) from po, lane dim from j0
+            if outer_sizes:
+                src(f"{I} r_ = po;")
+                for d in range(D - 2, -1, -1):
+                    if d == 0:
+                        src(f"{I} i{d} = r_;")
+                    else:
+                        src(f"{I} i{d} = r_ % {sizes[d]}; r_ /= {sizes[d]};")
+                src("(void)r_;")
+            src(f"{I} i{D - 1} = j0; (void)i{D - 1};")
+            for b in range(nbo):
+                terms = [str(offs_o[b])] + [f"i{d} * {cstrides[b][d]}" for d in range(D)
+                                            if cstrides[b][d] != 0]
+                src(f"const {I} o{b} = {' + '.join(terms)};")
+
+        def col_reduce(kb, ke, rows):
+            """``acc[W]``: the lanes reduced over rows [kb, ke) (``rows`` at most): pairwise
+            sums in blocks of ROW_BLOCK rows combined by a binary-counter stack (blocks
+            aligned at kb, a multiple of ROW_BLOCK), other reductions in order."""
+            if pairwise:
+                nblocks = max(1, (rows + ROW_BLOCK - 1) // ROW_BLOCK)
+                depth = max(1, math.ceil(math.log2(nblocks)) + 1) if nblocks > 1 else 1
+                src(f"{ACC} st_[{depth}][{W}]; int top_ = 0; int64_t nblk_ = 0;")
+                src.open(f"for ({I} k0 = {kb}; k0 < {ke}; k0 += {ROW_BLOCK})")
+                src(f"const {I} kx = k0 + {ROW_BLOCK} < {ke} ? k0 + {ROW_BLOCK} : {ke};")
+                src(f"{ACC} blk[{W}];")
+                src(f"for ({I} j = 0; j < {W}; j++) blk[j] = {ident};")
+                src.open(f"for ({I} kk = k0; kk < kx; kk++)")
+                src(*simd)
+                src.open(f"for ({I} j = 0; j < jn; j++)")
+                lines, val = pro_value("kk", "j")
+                src(*lines)
+                src(f"blk[j] = {comb('blk[j]', val)};")
+                src.close()
+                src.close()
+                src("nblk_++;")
+                src.open("for (int64_t c_ = nblk_; (c_ & 1) == 0; c_ >>= 1)")
+                src("--top_;")
+                src(f"for ({I} j = 0; j < {W}; j++) blk[j] = {comb('st_[top_][j]', 'blk[j]')};")
+                src.close()
+                src(f"for ({I} j = 0; j < {W}; j++) st_[top_][j] = blk[j];")
+                src("top_++;")
+                src.close()
+                src.open("if (top_ == 0)")
+                src(f"for ({I} j = 0; j < {W}; j++) acc[j] = {_DIALECT.float_lit(0.0, AD)};")
+                src.close()
+                src.open("else")
+                src("--top_;")
+                src(f"for ({I} j = 0; j < {W}; j++) acc[j] = st_[top_][j];")
+                src.open("while (top_ > 0)")
+                src("--top_;")
+                src(f"for ({I} j = 0; j < {W}; j++) acc[j] = {comb('st_[top_][j]', 'acc[j]')};")
+                src.close()
+                src.close()
+            else:
+                src(f"for ({I} j = 0; j < {W}; j++) acc[j] = {ident};")
+                src.open(f"for ({I} kk = {kb}; kk < {ke}; kk++)")
+                src(*simd)
+                src.open(f"for ({I} j = 0; j < jn; j++)")
+                lines, val = pro_value("kk", "j")
+                src(*lines)
+                src(f"acc[j] = {comb('acc[j]', val)};")
+                src.close()
+                src.close()
+
+        src(f"const {I} NVB = {nvb};")
+        if NS > 1:
+            # each (item, segment) reduces its rows into part; then each item combines its
+            # segments' partials in order -- for sums, as the counter stack above would have
+            # (a segment is a power of two number of blocks): the result does not depend on
+            # splitting or on the thread count
+            depth_s = max(1, math.ceil(math.log2(NS)) + 1)
+            src(f"const {I} NS = {NS};")
+            src(f"{ACC} *part = ({ACC} *)__builtin_malloc(sizeof({ACC}) * "
+                f"(size_t)({PO} * NVB * NS * {W}));")
+            src.open("if (part)")
+            if pf:
+                src(pf)
+            src.open(f"for ({I} it = 0; it < {PO} * NVB * NS; it++)")
+            src(f"const {I} q_ = it / NS, sg = it % NS;")
+            col_setup("q_")
+            src(f"const {I} kb = sg * {COL_SPLIT_SEG};")
+            src(f"const {I} ke = kb + {COL_SPLIT_SEG} < R ? kb + {COL_SPLIT_SEG} : R;")
+            src(f"{ACC} acc[{W}];")
+            col_reduce("kb", "ke", COL_SPLIT_SEG)
+            src(f"for ({I} j = 0; j < {W}; j++) part[it * {W} + j] = acc[j];")
             src.close()
-            src.close()
-            src("nblk_++;")
-            src.open("for (int64_t c_ = nblk_; (c_ & 1) == 0; c_ >>= 1)")
-            src("--top_;")
-            src(f"for ({I} j = 0; j < {W}; j++) blk[j] = {comb('st_[top_][j]', 'blk[j]')};")
-            src.close()
-            src(f"for ({I} j = 0; j < {W}; j++) st_[top_][j] = blk[j];")
-            src("top_++;")
-            src.close()
-            src.open("if (top_ == 0)")
-            src(f"for ({I} j = 0; j < {W}; j++) acc[j] = {_DIALECT.float_lit(0.0, AD)};")
+            src.close()   # if (part); without scratch memory the serial path below computes
+            if pf:
+                src(pf)
+            src.open(f"for ({I} q_ = 0; q_ < {PO} * NVB; q_++)")
+            col_setup("q_")
+            src(f"{ACC} acc[{W}];")
+            src.open("if (!part)")
+            col_reduce("0", "R", R)
             src.close()
             src.open("else")
-            src("--top_;")
-            src(f"for ({I} j = 0; j < {W}; j++) acc[j] = st_[top_][j];")
-            src.open("while (top_ > 0)")
-            src("--top_;")
-            src(f"for ({I} j = 0; j < {W}; j++) acc[j] = {comb('st_[top_][j]', 'acc[j]')};")
+            src(f"const {ACC} *pq_ = part + q_ * NS * {W};")
+            if pairwise:
+                src(f"{ACC} st_[{depth_s}][{W}]; int top_ = 0;")
+                src.open(f"for ({I} sg = 0; sg < NS; sg++)")
+                src(f"{ACC} s_[{W}];")
+                src(f"for ({I} j = 0; j < {W}; j++) s_[j] = pq_[sg * {W} + j];")
+                src.open("for (int64_t c_ = (int64_t)sg + 1; (c_ & 1) == 0; c_ >>= 1)")
+                src("--top_;")
+                src(f"for ({I} j = 0; j < {W}; j++) s_[j] = {comb('st_[top_][j]', 's_[j]')};")
+                src.close()
+                src(f"for ({I} j = 0; j < {W}; j++) st_[top_][j] = s_[j];")
+                src("top_++;")
+                src.close()
+                src("--top_;")
+                src(f"for ({I} j = 0; j < {W}; j++) acc[j] = st_[top_][j];")
+                src.open("while (top_ > 0)")
+                src("--top_;")
+                src(f"for ({I} j = 0; j < {W}; j++) acc[j] = {comb('st_[top_][j]', 'acc[j]')};")
+                src.close()
+            else:
+                src(f"for ({I} j = 0; j < {W}; j++) acc[j] = pq_[j];")
+                src(f"for ({I} sg = 1; sg < NS; sg++) for ({I} j = 0; j < {W}; j++) "
+                    f"acc[j] = {comb('acc[j]', 'pq_[sg * ' + str(W) + ' + j]')};")
             src.close()
-            src.close()
-        else:
-            src(f"for ({I} j = 0; j < {W}; j++) acc[j] = {ident};")
-            src.open(f"for ({I} kk = 0; kk < R; kk++)")
-            src(*simd)
-            src.open(f"for ({I} j = 0; j < jn; j++)")
-            lines, val = pro_value("kk", "j")
-            src(*lines)
-            src(f"acc[j] = {comb('acc[j]', val)};")
-            src.close()
-            src.close()
-        if bc:
-            col_sweep(W)
-            work *= 2
-        else:
             src.open(f"for ({I} j = 0; j < jn; j++)")
             epi_store("acc[j]", f"po * {NV} + j0 + j", "j")
             src.close()
-        src.close()
-        items = PO * nvb
+            src.close()
+            src("__builtin_free(part);")
+            items = PO * nvb * NS
+        else:
+            src(f"const {I} items = {PO} * NVB;")
+            if pf:
+                src(pf)
+            src.open(f"for ({I} it = 0; it < items; it++)")
+            col_setup("it")
+            src(f"{ACC} acc[{W}];")
+            col_reduce("0", "R", R)
+            if bc:
+                col_sweep(W)
+                work *= 2
+            else:
+                src.open(f"for ({I} j = 0; j < jn; j++)")
+                epi_store("acc[j]", f"po * {NV} + j0 + j", "j")
+                src.close()
+            src.close()
+            items = PO * nvb
     src.close()   # function
     return src.lines, mode, work, items
 
