@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import DTypeError, ShapeError
 from ._api import api, run_op
-from .linalg import MATMUL
+from .linalg import matmul_t
 from .nn import SOFTMAX_BACKWARD, _ct, _quiet_sm, _sm_down, _sm_up, _softmax_numpy
 from .registry import declare
 from .rules import require_kind
@@ -143,9 +143,9 @@ def _vjp(g, inputs, out, scale, causal, offset, needs):
     gf = _sm_up(g)
     dq = dk = dv = None
     if needs[2]:
-        dv = _sm_down(_mm(p, gf, ta=True), src)
+        dv = _sm_down(matmul_t(p, gf, ta=True), src)
     if needs[0] or needs[1]:
-        dp = _mm(gf, _sm_up(v), tb=True)
+        dp = matmul_t(gf, _sm_up(v), tb=True)
         ds = run_op(SOFTMAX_BACKWARD, (dp, p), dim=len(p._shape) - 1) * scale
         lq, lk = p._shape[-2], p._shape[-1]
         if causal and offset < 0 and lq and lk:
@@ -154,13 +154,8 @@ def _vjp(g, inputs, out, scale, causal, offset, needs):
         if needs[0]:
             dq = _sm_down(ds @ _sm_up(k), src)
         if needs[1]:
-            dk = _sm_down(_mm(ds, _sm_up(q), ta=True), src)
+            dk = _sm_down(matmul_t(ds, _sm_up(q), ta=True), src)
     return (dq, dk, dv)
-
-
-def _mm(a, b, ta=False, tb=False):
-    """``a @ b`` with an operand read transposed (matmul's flags: no permute op)."""
-    return run_op(MATMUL, (a, b), ta=ta, tb=tb)
 
 
 ATTENTION = declare(

@@ -76,8 +76,10 @@ def _matmul_numpy(a, b, *, ta=False, tb=False, xp=np):
     return xp.matmul(a, b)
 
 
-def _mm(x, y, tx, ty):
-    return apply_op(MATMUL, (x, y), {"ta": tx, "tb": ty} if tx or ty else {})
+def matmul_t(a, b, ta=False, tb=False):
+    """``a @ b`` with an operand read transposed (the flags: no permute op), for derivative
+    rules."""
+    return apply_op(MATMUL, (a, b), {"ta": ta, "tb": tb} if ta or tb else {})
 
 
 def _flat(t):
@@ -96,16 +98,16 @@ def _matmul_vjp(g, inputs, out, needs, ta=False, tb=False):
     a, b = inputs
     ga = gb = None
     if needs[0]:
-        ga = _mm(b, g, tb, True) if ta else _mm(g, b, False, not tb)
+        ga = matmul_t(b, g, tb, True) if ta else matmul_t(g, b, False, not tb)
     if needs[1]:
         if not ta and len(b._shape) == 2 and len(a._shape) > 2:
             # one matrix b for the whole batch (a linear layer on [batch, seq, d]): its
             # gradient sums a_i^T g_i over the batch, which is one product over all the
             # rows -- one large matmul instead of a batch of small ones and a sum after it
-            gb = _mm(_flat(g), _flat(a), True, False) if tb else \
-                _mm(_flat(a), _flat(g), True, False)
+            gb = matmul_t(_flat(g), _flat(a), True, False) if tb else \
+                matmul_t(_flat(a), _flat(g), True, False)
         else:
-            gb = _mm(g, a, True, ta) if tb else _mm(a, g, not ta, False)
+            gb = matmul_t(g, a, True, ta) if tb else matmul_t(a, g, not ta, False)
     return ga, gb
 
 

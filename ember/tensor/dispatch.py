@@ -75,18 +75,19 @@ def _is_scalar(v):
     return isinstance(v, (int, float, bool, numbers.Number)) and not isinstance(v, complex)
 
 
-def binary(op, a, b):
+def binary(op, a, b, attrs: dict = _EMPTY):
     """A binary op with promotion: tensors are cast to the common dtype first; a scalar
-    operand stays a scalar (backends and fusion take it as a value)."""
+    operand stays a scalar (backends and fusion take it as a value). ``attrs``: the op's
+    (matmul's transpose flags)."""
     if isinstance(a, Tensor):
         if isinstance(b, Tensor):
             dev, d = a._device, a._dtype
             if b._device is not dev or b._dtype is not d or (
                     op.promote == "float" and not d.is_float):
-                return _binary_promoted(op, a, b)
-            meta = op.infer(a, b)
+                return _binary_promoted(op, a, b, attrs)
+            meta = op.infer(a, b, **attrs) if attrs else op.infer(a, b)
             t = _new(Tensor)             # (wrap, inlined)
-            t._prim = dev._execute(op, (a._prim, b._prim), _EMPTY, meta, dev)
+            t._prim = dev._execute(op, (a._prim, b._prim), attrs, meta, dev)
             t._device = dev
             t._shape = meta[0]
             t._dtype = meta[1]
@@ -108,12 +109,12 @@ def binary(op, a, b):
     else:
         a, b = s, t
         prims = (s, t._prim)
-    meta = op.infer(a, b)
+    meta = op.infer(a, b, **attrs) if attrs else op.infer(a, b)
     dev = t._device
-    return wrap(dev._execute(op, prims, _EMPTY, meta, dev), dev, meta[0], meta[1])
+    return wrap(dev._execute(op, prims, attrs, meta, dev), dev, meta[0], meta[1])
 
 
-def _binary_promoted(op, a, b):
+def _binary_promoted(op, a, b, attrs=_EMPTY):
     """`binary` of two tensors that are on different devices (an error) or need a cast."""
     dev = a._device
     if b._device is not dev:
@@ -131,8 +132,8 @@ def _binary_promoted(op, a, b):
     elif op.promote == "float" and not da.is_float:
         a = a.cast(dt.DEFAULT_FLOAT)
         b = b.cast(dt.DEFAULT_FLOAT)
-    meta = op.infer(a, b)
-    out = dev._execute(op, (a._prim, b._prim), _EMPTY, meta, dev)
+    meta = op.infer(a, b, **attrs)
+    out = dev._execute(op, (a._prim, b._prim), attrs, meta, dev)
     return wrap(out, dev, meta[0], meta[1])
 
 

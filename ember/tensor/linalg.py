@@ -1,25 +1,15 @@
 """Linear algebra functions of the Tensor API: matmul (and ``@``), dot, outer, linear."""
 from __future__ import annotations
 
-from .. import dtype as dt
 from ..errors import DTypeError, ShapeError
 from ..ops import linalg as L
 from . import dispatch
-from .dispatch import apply, binary
+from .dispatch import binary
 
 __all__ = ["matmul", "dot", "outer", "linear"]
 
 _MATMUL = L.MATMUL
 _check_inner = L.check_inner
-
-
-def _promoted(a, b):
-    """``a`` and ``b`` cast to their common dtype (what `binary` does for ``@``)."""
-    da, db = a._dtype, b._dtype
-    if da is db:
-        return a, b
-    common = dt.promote(da, db)
-    return (a if da is common else a.cast(common)), (b if db is common else b.cast(common))
 
 
 def _require_tensors(op, a, b):
@@ -45,8 +35,7 @@ def matmul(a, b, *, transpose_a: bool = False, transpose_b: bool = False):
                              f"{sa}{' (transpose_a)' if transpose_a else ''} and "
                              f"{sb}{' (transpose_b)' if transpose_b else ''}")
         if na >= 2 and nb >= 2:
-            a, b = _promoted(a, b)
-            return apply(_MATMUL, (a, b), {"ta": transpose_a, "tb": transpose_b})
+            return binary(_MATMUL, a, b, {"ta": transpose_a, "tb": transpose_b})
         if transpose_a:
             a = a.swap_dims(-1, -2)
         if transpose_b:

@@ -1068,20 +1068,13 @@ def _render_reduce(k: ir.Reduce, gen: _Gen, I: str) -> tuple:
             """po, j0, jn and the offsets o{b} of work item ``q`` (outer position, lanes)."""
             src(f"const {I} po = {q} / NVB, j0 = ({q} % NVB) * {W};")
             src(f"const {I} jn = {NV} - j0 < {W} ? {NV} - j0 : {W};")
-            # outer multi-index (dims 0..D-2) from po, lane dim from j0
-            if outer_sizes:
-                src(f"{I} r_ = po;")
-                for d in range(D - 2, -1, -1):
-                    if d == 0:
-                        src(f"{I} i{d} = r_;")
-                    else:
-                        src(f"{I} i{d} = r_ % {sizes[d]}; r_ /= {sizes[d]};")
-                src("(void)r_;")
+            # outer multi-index (dims 0..D-2) from po, then the lane dim from j0
+            _odometer_decompose(src, I, "po", outer_sizes, [st[:-1] for st in cstrides],
+                                offs_o, nbo)
             src(f"{I} i{D - 1} = j0; (void)i{D - 1};")
             for b in range(nbo):
-                terms = [str(offs_o[b])] + [f"i{d} * {cstrides[b][d]}" for d in range(D)
-                                            if cstrides[b][d] != 0]
-                src(f"const {I} o{b} = {' + '.join(terms)};")
+                if cstrides[b][-1] != 0:
+                    src(f"o{b} += i{D - 1} * {cstrides[b][-1]};")
 
         def col_reduce(kb, ke, rows):
             """``acc[W]``: the lanes reduced over rows [kb, ke) (``rows`` at most): pairwise
