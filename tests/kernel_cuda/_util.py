@@ -207,9 +207,9 @@ def windowed(kernel, inputs, args):
     """``(kernel, inputs, args)`` with each input replaced by a contiguous copy of the memory
     its view reads (the views' offsets shifted to match): a view's strides address its
     array's memory, not the array's own layout, so a plain copy would scramble it."""
-    from ember.kernel.cuda.runtime import _ranges
+    from ember.kernel.launch_signature import input_ranges
     views, arrays = [], []
-    for v, x, rng in zip(kernel.inputs, inputs, _ranges(kernel)):
+    for v, x, rng in zip(kernel.inputs, inputs, input_ranges(kernel)):
         x = np.asarray(x)
         if rng is None:
             views.append(v)

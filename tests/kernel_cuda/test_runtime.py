@@ -1,6 +1,8 @@
 """The CUDA kernel runtime on a GPU: the C runtime's interface, launch checks with ember
 errors, launches queued on CuPy's current stream, autotune (a winner stored in SQLite and
-read by a fresh runtime without benchmarking), and the variant JSON."""
+read by a fresh runtime without benchmarking), and the variant JSON. Without a GPU: programs
+are keyed by their launch signature as well as their source (kernels whose shapes collapse
+alike render the same code but allocate different outputs)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,6 +11,8 @@ import pytest
 from ember import dtype as dt
 from ember.errors import DTypeError, ShapeError
 from ember.kernel import ir, mathlib
+from ember.kernel.cuda.render import render
+from ember.kernel.cuda.runtime import CudaKernelRuntime
 from ember.kernel.cuda.tune import CudaTuner, CudaVariant
 from ember.kernel.interpret import evaluate
 from tests.kernel_cuda._util import assert_same, gpu_or_skip, to_gpu, to_host
@@ -97,6 +101,37 @@ def test_launch_checks(rt):
     p = rt.compile(k)
     with pytest.raises(ShapeError):
         rt.launch(p, [cp.zeros(4, cp.float32)], [])
+
+
+#: a reversed every-other-element copy as [20] and as [20, 1]: one CUDA source, two shapes
+FLIP20 = ir.Elementwise((20,), (ir.BufferView(dt.f32, (-2,), 38),), (ir.Load(0, dt.f32),),
+                        (dt.f32,))
+FLIP20x1 = ir.Elementwise((20, 1), (ir.BufferView(dt.f32, (-2, -2), 38),),
+                          (ir.Load(0, dt.f32),), (dt.f32,))
+
+
+def test_programs_of_one_source_keep_their_shapes_without_a_gpu(monkeypatch):
+    """The runtime's program cache, with compiling and loading stubbed: the two kernels
+    render alike, yet each gets a program allocating its own output shape (one shared
+    program gave the [20, 1] copy a [20] output, which cuBLAS then read as a row)."""
+    assert render(FLIP20).source == render(FLIP20x1).source
+    monkeypatch.setattr(CudaKernelRuntime, "available", lambda self: True)
+    monkeypatch.setattr(CudaKernelRuntime, "_build", lambda self, p, v, rd=None: None)
+    rt = CudaKernelRuntime(autotune=False, arch=90)
+    a, b = rt.compile(FLIP20), rt.compile(FLIP20x1)
+    assert a is not b
+    assert a.out_shapes == ((20,),) and b.out_shapes == ((20, 1),)
+    assert rt.compile(ir.Elementwise((20, 1), (ir.BufferView(dt.f32, (-2, -2), 38),),
+                                     (ir.Load(0, dt.f32),), (dt.f32,))) is b
+
+
+def test_programs_of_one_source_keep_their_shapes(rt):
+    cp = pytest.importorskip("cupy")
+    x = np.arange(40, dtype=np.float32)
+    for k in (FLIP20, FLIP20x1, FLIP20):
+        (out,) = rt.launch(rt.compile(k), [to_gpu(x)])
+        assert out.shape == k.shape
+        np.testing.assert_array_equal(to_host(out, np.float32).reshape(-1), x[38::-2])
 
 
 def test_runs_on_the_current_stream(rt):

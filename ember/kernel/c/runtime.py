@@ -34,7 +34,8 @@ from ...errors import DTypeError, ShapeError
 from .. import ir
 from ..autotune import DEFAULT, Variant, get_autotuner, shape_bucket, structure_hash
 from ..buffer_pool import default_pool
-from ..c_family import loads_of, nodes
+from ..c_family import nodes
+from ..launch_signature import input_ranges, launch_signature
 from .compiler import cpu_id, get_compiler, warn_unavailable_once
 from . import fastcall
 from .render import COL_BYTES, Options, fits_idx32, render
@@ -121,39 +122,6 @@ def _count_nodes(exprs) -> int:
     return len(nodes(exprs))
 
 
-def _ranges(kernel) -> list:
-    """Per input: ``(lo, hi)`` element offsets its view reads, or None if it reads none."""
-    shape = [int(s) for s in kernel.shape]
-    if isinstance(kernel, ir.Elementwise):
-        used = loads_of(kernel.exprs)
-        spaces = [(used, shape)]
-    else:
-        pro = loads_of([kernel.prologue])
-        epi = loads_of([kernel.epilogue])
-        eshape = list(shape)
-        if not getattr(kernel, "broadcast", False):
-            eshape[kernel.axis] = 1
-        kept_empty = any(n == 0 for i, n in enumerate(shape) if i != kernel.axis)
-        spaces = [(pro, shape), (epi, [0] if kept_empty else eshape)]
-    out = []
-    for b, v in enumerate(kernel.inputs):
-        lo = hi = None
-        for used, sh in spaces:
-            if b not in used or any(n == 0 for n in sh):
-                continue
-            l = h = int(v.offset)
-            for s, n in zip(v.strides, sh):
-                ext = int(s) * (n - 1)
-                if ext < 0:
-                    l += ext
-                else:
-                    h += ext
-            lo = l if lo is None else min(lo, l)
-            hi = h if hi is None else max(hi, h)
-        out.append(None if lo is None else (lo, hi))
-    return out
-
-
 class Program:
     """A compiled kernel with what launching it needs. ``variant`` is the launch variant in
     use (the default until the autotuner picks one)."""
@@ -194,17 +162,6 @@ def _address(fn) -> int:
     a = ctypes.cast(fn, ctypes.c_void_p).value
     _ADDRESSES[id(fn)] = (fn, a)        # the function kept alive: its id stays its own
     return a
-
-
-def _signature(kernel) -> tuple:
-    """What a `Program` checks and allocates at launch besides the C code: the input views
-    (dtypes, strides, offsets), the iteration shape, the outputs' dtypes and count, the
-    scalar args' dtypes and, for a reduction, its axis and form."""
-    if isinstance(kernel, ir.Elementwise):
-        return ("e", tuple(kernel.shape), kernel.inputs, tuple(kernel.out_dtypes),
-                len(kernel.exprs), tuple(kernel.args))
-    return ("r", tuple(kernel.shape), kernel.inputs, kernel.out_dtype, tuple(kernel.args),
-            kernel.axis, bool(getattr(kernel, "broadcast", False)))
 
 
 def _arg_kind(d: dt.DType) -> str:
@@ -292,7 +249,7 @@ class CpuKernelRuntime:
         key = self._compiler.key(rd.source)
         # one source may serve kernels that launch differently (an unread bool or u8 input,
         # shapes that collapse alike): a program is keyed by its launch signature too
-        sig = _signature(kernel)
+        sig = launch_signature(kernel)
         pkey = (key, sig, variant) if explicit else (key, sig)
         prog = self._programs.get(pkey)
         if prog is None:
@@ -335,7 +292,7 @@ class CpuKernelRuntime:
                 p.numel = int(np.prod(shape, dtype=np.int64))
             p.n_out = len(p.out_shapes)
             p.cost = max(1, n_nodes) * max(1, rd.work)
-            p.ranges = _ranges(kernel)
+            p.ranges = input_ranges(kernel)
             p.arg_kinds = tuple(_arg_kind(d) for d in kernel.args)
             p.arg_fmt = "=" + "".join(p.arg_kinds)
             p.variant = variant

@@ -32,7 +32,7 @@ import numpy as np
 from ...errors import BackendUnavailableError, DeviceError, DTypeError, ShapeError
 from .. import ir
 from ..autotune import shape_bucket, structure_hash
-from ..c_family import loads_of
+from ..launch_signature import input_ranges, launch_signature
 from .compiler import default_arch, get_compiler
 from .device import cupy_or_reason, cuda_runtime_major, device_info
 from .launch import MAX_PARAMS, DirectLauncher
@@ -42,37 +42,6 @@ from .tune import DEFAULT, CudaVariant, get_tuner, min_work
 __all__ = ["CudaKernelRuntime", "CudaProgram", "default_runtime"]
 
 WAVES = 8     # grid cap of reductions: this many waves of fully occupied multiprocessors
-
-
-def _ranges(kernel) -> list:
-    """Per input: ``(lo, hi)`` element offsets its view reads, or None if it reads none."""
-    shape = [int(s) for s in kernel.shape]
-    if isinstance(kernel, ir.Elementwise):
-        spaces = [(loads_of(kernel.exprs), shape)]
-    else:
-        eshape = list(shape)
-        if not kernel.broadcast:
-            eshape[kernel.axis] = 1
-        kept_empty = any(n == 0 for i, n in enumerate(shape) if i != kernel.axis)
-        spaces = [(loads_of([kernel.prologue]), shape),
-                  (loads_of([kernel.epilogue]), [0] if kept_empty else eshape)]
-    out = []
-    for b, v in enumerate(kernel.inputs):
-        lo = hi = None
-        for used, sh in spaces:
-            if b not in used or any(n == 0 for n in sh):
-                continue
-            lo_ = hi_ = int(v.offset)
-            for s, n in zip(v.strides, sh):
-                ext = int(s) * (n - 1)
-                if ext < 0:
-                    lo_ += ext
-                else:
-                    hi_ += ext
-            lo = lo_ if lo is None else min(lo, lo_)
-            hi = hi_ if hi is None else max(hi, hi_)
-        out.append(None if lo is None else (lo, hi))
-    return out
 
 
 class _Built:
@@ -181,11 +150,9 @@ class CudaKernelRuntime:
         rd = render(kernel, self._options(variant))
         arch = self.arch()
         key = self._compiler.key(rd.source, arch)
-        # the source names storage types only (f16 and bf16 are both uint16_t): the dtypes
-        # the launch checks are part of the program's identity
-        sig = (tuple(v.dtype.name for v in kernel.inputs),
-               tuple(d.name for d in (kernel.out_dtypes if isinstance(kernel, ir.Elementwise)
-                                      else (kernel.out_dtype,))))
+        # one source serves kernels that launch differently (f16 and bf16 are both uint16_t
+        # in it; [20] and [20, 1] render alike): a program is keyed by its launch signature too
+        sig = launch_signature(kernel)
         pkey = (key, sig, variant) if explicit else (key, sig)
         prog = self._programs.get(pkey)
         if prog is None:
@@ -228,7 +195,7 @@ class CudaKernelRuntime:
                                                                         p.out_dtypes))
             p.numel = int(np.prod(p.out_shapes[0], dtype=np.int64)) if p.out_shapes[0] else 1
             p.work = rd.work
-            p.ranges = _ranges(kernel)
+            p.ranges = input_ranges(kernel)
             p.arg_float = tuple(ir.compute_dtype(d).is_float for d in kernel.args)
             p.variant = variant
             p.tuned = explicit or not self.autotune
