@@ -28,6 +28,7 @@ from . import _cupy, memory
 from . import eager as _eager
 from . import reduce as _reduce
 from .checks import DeferredChecks
+from .copy import StridedCopy
 from .matmul import CublasMatmul
 from .ops import BF16, BF16_NATIVE, F32, direct_path, namespace, resolve
 from .streams import StreamOrder
@@ -60,7 +61,10 @@ class Cuda(Backend):
         #: the array namespace the op references run with
         #: index checks queued on the device, raised at the next read (`checks.py`)
         self._checks = DeferredChecks(cp)
-        self.xp = namespace(cp, matmul=CublasMatmul(cp), defer_index_check=self._checks)
+        #: C-contiguous copies as generated kernels (`copy.StridedCopy`), on the caller's stream
+        self.contiguous = StridedCopy(cp, self._copy_runtime)
+        self.xp = namespace(cp, matmul=CublasMatmul(cp, self.contiguous),
+                            defer_index_check=self._checks, ember_contiguous=self.contiguous)
         self._ndarray = cp.ndarray
         self._oom = cp.cuda.memory.OutOfMemoryError
         self._runners = {}
@@ -301,7 +305,7 @@ class Cuda(Backend):
         scope = self._scope_of(prim, leaving=False)
         try:
             with scope:
-                out = self.cp.ascontiguousarray(prim)
+                out = self.contiguous(prim)
                 if scope.order.tracking:
                     scope.order.after(scope, out, None)
         except self._oom as e:
@@ -357,6 +361,11 @@ class Cuda(Backend):
             self._rngs[device.index] = g
 
     # -- kernel runtime (what Fusion(Cuda) runs generated kernels on) ---------------------
+    def _copy_runtime(self):
+        """The kernel runtime itself (no scope of its own: copies run inside an op's)."""
+        rt = self.kernel_runtime
+        return None if rt is None else rt._rt
+
     @property
     def kernel_runtime(self):
         """The CUDA C kernel runtime (NVRTC), created on first use; None when it cannot run

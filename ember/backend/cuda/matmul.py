@@ -33,8 +33,11 @@ class CublasMatmul:
     #: plans kept (past it the dict starts over)
     MAX_PLANS = 4096
 
-    def __init__(self, cupy):
+    def __init__(self, cupy, contiguous=None):
         self.cp = cupy
+        #: ``contiguous(x)``: a C-contiguous copy of an operand cuBLAS cannot read as it lies
+        #: (`copy.StridedCopy`; CuPy's by default)
+        self.contiguous = contiguous or cupy.ascontiguousarray
         self._types = None      # cuBLAS is loaded on the first product, not at import
         #: (shapes, strides, dtype, TF32 allowed) -> `_plan`'s gemm arguments, or None
         #: (operands to copy first: the general path)
@@ -143,8 +146,8 @@ class CublasMatmul:
         if k == 0:
             out.fill(0)
             return out
-        a, ta, lda, sa = _operand(cp, a, n, k, batch, count)
-        b, tb, ldb, sb = _operand(cp, b, k, m, batch, count)
+        a, ta, lda, sa = _operand(cp, self.contiguous, a, n, k, batch, count)
+        b, tb, ldb, sb = _operand(cp, self.contiguous, b, k, m, batch, count)
         if count > 1 and sb == 0 and ta == _OP_N and sa == n * lda:
             # one right matrix for the whole batch (a linear layer on [batch, seq, d]) and
             # the left matrices' rows evenly spaced: one product of all the rows
@@ -209,7 +212,7 @@ def layout(shape, strides, itemsize, batch):
     return trans, ld, (stride or 0)
 
 
-def _operand(cp, x, r, c, batch, count):
+def _operand(cp, contiguous, x, r, c, batch, count):
     """``(array, trans, ld, batch stride)`` of operand ``x`` (logical matrices r x c) for a
     batch of ``count``: ``x`` itself where cuBLAS can read its layout, else a contiguous
     copy (of ``x`` broadcast to the batch where its batch dims do not fit one stride)."""
@@ -220,8 +223,8 @@ def _operand(cp, x, r, c, batch, count):
     if x.shape[:-2] != batch and count > 1:
         x = cp.broadcast_to(x, batch + x.shape[-2:])
         if layout(x.shape, x.strides, x.itemsize, batch) is None:
-            x = cp.ascontiguousarray(x)
+            x = contiguous(x)
     else:
-        x = cp.ascontiguousarray(x)
+        x = contiguous(x)
     trans, ld, stride = layout(x.shape, x.strides, x.itemsize, batch)
     return x, trans, ld, (stride if count > 1 else 0)

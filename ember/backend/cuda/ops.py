@@ -83,6 +83,27 @@ def _matmul_impl(cp, xp):
     return xp.matmul
 
 
+def _reshape_impl(cp, xp):
+    """reshape: a view where NumPy's rule allows one, else a copy made by
+    `copy.StridedCopy` (CuPy's own is several times slower on a strided layout), reshaped."""
+    from .copy import reshape_strides
+    contiguous = getattr(xp, "ember_contiguous", None) or cp.ascontiguousarray
+    views: dict = {}                   # (layout, new shape) -> whether a view does
+
+    def reshape(x, shape):
+        if x._c_contiguous:
+            return x.reshape(shape)
+        key = (x.shape, x.strides, x.itemsize, shape)
+        ok = views.get(key)
+        if ok is None:
+            if len(views) > 4096:
+                views.clear()
+            ok = views[key] = reshape_strides(x.shape, x.strides, x.itemsize,
+                                              shape) is not None
+        return x.reshape(shape) if ok else contiguous(x).reshape(shape)
+    return reshape
+
+
 # -- adam_update: one kernel, three outputs ---------------------------------------------------
 # The operations of the registry's reference (ember/ops/optim.py), in its order, each rounded
 # to the tensors' dtype (EMBER_RND) as NumPy rounds each ufunc's result: f32/f64 compute in
@@ -1241,6 +1262,7 @@ CUDA_IMPLS = {
     "gelu": lambda cp, xp: _gelu_impl(cp, xp)[0],
     "gelu_backward": lambda cp, xp: _gelu_impl(cp, xp)[1],
     "matmul": _matmul_impl,
+    "reshape": _reshape_impl,
     "adam_update": _adam_impl,
     "adam_update_many": _adam_many_impl,
     "cross_entropy_rows": _ce_impl,
