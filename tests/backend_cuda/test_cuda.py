@@ -82,6 +82,24 @@ def test_tensors_cross_threads(dev):
     np.testing.assert_allclose(y.numpy(), 2.0, rtol=1e-5)
 
 
+@pytest.mark.parametrize("reader", ["legacy default stream", "user stream"])
+def test_primitive_is_ordered_for_the_readers_stream(dev, reader):
+    """Long work queued on ember's stream, then the primitive read on the caller's stream
+    with no sync: the legacy default stream is ordered by ember's streams being blocking
+    (no event), any other stream by an event."""
+    import cupy
+    x = em.ones((2048, 2048), device=dev)
+    for _ in range(20):
+        x = x @ x * (1.0 / 2048)
+    x = x + 1.0
+    stream = cupy.cuda.Stream.null if reader == "legacy default stream" \
+        else cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        prim = x.primitive
+        total = float(prim.sum())          # runs and reads on ``stream``
+    assert total == 2.0 * 2048 * 2048
+
+
 def test_sync_waits_for_queued_work(dev):
     x = em.random((4096, 4096), device=dev)
     y = x @ x

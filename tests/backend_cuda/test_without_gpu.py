@@ -1,5 +1,6 @@
-"""What can be checked of the Cuda backend on any machine: it says why it cannot run, and
-its user-facing settings validate their input."""
+"""What can be checked of the Cuda backend on any machine: it says why it cannot run, its
+user-facing settings validate their input, and its streams' ordering logic (over a stand-in
+for CuPy's runtime that records the calls)."""
 from __future__ import annotations
 
 import pytest
@@ -74,3 +75,65 @@ def test_test_stack_selector(monkeypatch):
     monkeypatch.setenv("EMBER_TEST_STACKS", "cuda,nope")
     with pytest.raises(ValueError, match="nope"):
         selected_stacks()
+
+
+class _FakeCuda:
+    """The few CuPy calls `StreamOrder` and `Scope` make, recorded."""
+
+    def __init__(self):
+        self.calls = []
+        fake = self
+
+        class Stream:
+            def __init__(self, non_blocking=False):
+                fake.calls.append(("Stream", non_blocking))
+                self.ptr = 0x5000 + len(fake.calls)
+
+        class Device:
+            def __init__(self, index=0):
+                pass
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+        class Event:
+            def __init__(self, disable_timing=False):
+                self.ptr = 0x7000
+
+        class Runtime:
+            @staticmethod
+            def getDevice():
+                return 0
+
+            @staticmethod
+            def setDevice(i):
+                pass
+
+            @staticmethod
+            def eventRecord(ev, stream):
+                fake.calls.append(("record", ev, stream))
+
+            @staticmethod
+            def streamWaitEvent(stream, ev, flags):
+                fake.calls.append(("wait", stream, ev))
+
+        self.cuda = type("cuda", (), {"Stream": Stream, "Device": Device, "Event": Event,
+                                      "runtime": Runtime})
+        self.ndarray = object
+
+
+def test_streams_are_blocking_and_skip_the_event_for_the_legacy_stream():
+    """ember's per-thread streams are blocking streams, so a reader on the legacy default
+    stream (handle 0) is ordered by CUDA itself: no event; any other stream gets one."""
+    from ember.backend.cuda.streams import StreamOrder
+    cp = _FakeCuda()
+    scope = StreamOrder(cp, 0).new_scope()
+    assert cp.calls == [("Stream", False)]
+    scope.order_stream(cp, 0)
+    scope.order_stream(cp, scope.stream_ptr)
+    assert cp.calls == [("Stream", False)]
+    scope.order_stream(cp, 2)                          # the per-thread default stream
+    assert cp.calls[1:] == [("record", 0x7000, scope.stream_ptr), ("wait", 2, 0x7000)]

@@ -7,7 +7,7 @@
   launched directly (`ember.backend.cuda.eager`, `ember.backend.cuda.reduce`: a CuPy call
   costs more host time than the op on a small tensor), as does adam_update; their output
   arrays are reused per stream once dropped (`memory.Outputs`).
-* Streams: one non-blocking CuPy stream per thread and device (`streams`); reads
+* Streams: one blocking CuPy stream per thread and device (`streams`); reads
   (``to_numpy``) wait for that stream; ``sync`` waits for the whole device.
 * Memory: CuPy's memory pool; running out raises `ember.errors.OutOfMemoryError` naming the
   size asked for and what is in use (`memory`).
