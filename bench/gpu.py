@@ -532,6 +532,23 @@ def _per_call_counts(ctx: "Ctx", fn, calls: int = 1) -> dict:
     return {"fusion_per_call": {k: (s1[k] - s0.get(k, 0)) / calls for k in keys}}
 
 
+def _cuda_kernel_variant(numel: int):
+    """The launch variant the autotuner left on the generated CUDA kernel of ``numel``
+    elements (e.g. ``"ept=4"``; ``"default"``), or None where there is none: what decided
+    row 2 in this process."""
+    try:
+        from ember.kernel.cuda.runtime import default_runtime
+        progs = [p for p in list(default_runtime()._programs.values()) if p.numel == numel]
+    except Exception:  # noqa: BLE001  (no CUDA runtime here)
+        return None
+    if not progs:
+        return None
+    v = progs[-1].variant
+    text = " ".join(f"{k}={getattr(v, k)}" for k in ("block", "vec", "ept", "tpr", "by")
+                    if getattr(v, k))
+    return (text or "default") + ("" if progs[-1].tuned else " (untuned)")
+
+
 # -- row 1: copy bandwidth ------------------------------------------------------------------
 def row_copy(ctx: Ctx) -> Row:
     n = ctx.sizes["elems"]
@@ -669,7 +686,8 @@ def row_gelu(ctx: Ctx) -> Row:
             y = egelu(x)
             return _ember_host(y[:i]), _ember_host(y[n - i:])
         return timed(fn, ctx.ember_sync, head_tail,
-                     lambda: {**_per_call_counts(ctx, fn), "device": str(dev)})
+                     lambda: {**_per_call_counts(ctx, fn), "device": str(dev),
+                              "kernel_variant": _cuda_kernel_variant(n)})
 
     row.run_group(ctx, [
         ("torch eager", "torch", lambda: torch_timed(tgelu)),
@@ -1492,7 +1510,8 @@ _EXTRA_KEYS = (("of_copy", "of copy {:.0%}"), ("over_floor", "x floor {:.2f}"),
                ("logits0_rel_diff", "logits0 diff {:.1e}"),
                ("compiles", "compiles {:d}"), ("second_call_s", "2nd call {:.4f} s"),
                ("another_new_kernel_s", "another new kernel {:.3f} s"),
-               ("fresh_process_disk_cache_s", "fresh process, disk cache {:.3f} s"))
+               ("fresh_process_disk_cache_s", "fresh process, disk cache {:.3f} s"),
+               ("kernel_variant", "kernel variant {}"))
 
 
 def _verdict(t: dict) -> str:

@@ -170,3 +170,25 @@ def test_time_group_results_are_the_interleaved_repeats_not_the_calibration():
     m = gpu.time_group({"c": gpu.Timed(c.fn, lambda out: None, None, warmup=1)}, ctx,
                        budget_s=0.0)
     assert m["c"]["repeats"] == 1 and m["c"]["best_s"] > 0.0009
+
+
+def test_row2_reports_the_tuned_kernel_variant(monkeypatch):
+    """The GELU row names the variant the autotuner left on its kernel (what decided the
+    row), read from the CUDA runtime's programs; absent where there is no CUDA runtime."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import gpu as bench
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    from ember.kernel.cuda import runtime as cuda_runtime
+    from ember.kernel.cuda.tune import CudaVariant
+
+    def program(numel, variant, tuned):
+        return type("P", (), {"numel": numel, "variant": variant, "tuned": tuned})()
+    fake = type("R", (), {"_programs": {1: program(8, CudaVariant(ept=2), True),
+                                        2: program(64, CudaVariant(block=128, ept=4), True),
+                                        3: program(16, CudaVariant(), False)}})()
+    monkeypatch.setattr(cuda_runtime, "default_runtime", lambda: fake)
+    assert bench._cuda_kernel_variant(64) == "block=128 ept=4"
+    assert bench._cuda_kernel_variant(16) == "default (untuned)"
+    assert bench._cuda_kernel_variant(32) is None
