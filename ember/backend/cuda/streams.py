@@ -6,8 +6,10 @@ stream (handle 0, CuPy's and PyTorch's default), whose work waits for everything
 them before it and which they wait for in turn. A caller reading a tensor's primitive on
 that stream is therefore ordered without the event record and wait a non-blocking stream
 needs (about 2.7 µs of a 10 µs eager op on an H200 host); other threads' ember streams still
-run concurrently, since blocking streams only order with the legacy one. A tensor made on one thread's stream and used on another's needs an order
-between the two streams; `StreamOrder` provides it without any host synchronization:
+run concurrently, since blocking streams only order with the legacy one.
+
+A tensor made on one thread's stream and used on another's needs an order between the two
+streams; `StreamOrder` provides it without any host synchronization:
 
 * while a device has one stream (one thread uses it: the common case) nothing is tracked;
 * when a second stream appears, the device is synchronized once (everything queued before
