@@ -11,23 +11,29 @@ the causal mask built by creation ops, mask_fill, softmax) and as many backward 
 each way -- on a host-bound training step each op costs more in dispatch than in arithmetic.
 
 f16/bf16 are computed in f32 and rounded once (both outputs), f64 in f64. Only ``out`` is
-differentiable (the registry's rule for several outputs): the derivative is written from
-the weights with Tensor ops -- ``dV = P^T dO``, ``dP = dO V^T``, ``dS = softmax_backward(dP,
-P) * scale``, ``dQ = dS K``, ``dK = dS^T Q``, the transposes as matmul's flags, not permute
-ops -- so the backward pass fuses like any other
-(a hidden score has ``P = 0``, hence ``dS = 0``; rows that see no key, ``offset < 0`` only,
-are masked explicitly as the composite's mask_fill did). ``decompose`` is the composite,
-which Fusion records and fuses for large tensors unless the backend below runs the op as
-kernels of its own (``Backend.fused_ops``: the Cuda backend, ember/backend/cuda/attention.py).
+differentiable (the registry's rule for several outputs). Its derivative is the primitive
+``attention_backward(g, q, k, v, weights)`` giving ``(dq, dk, dv)``: ``dV = P^T dO``, ``dP =
+dO V^T``, ``dS = softmax_backward(dP, P) * scale``, ``dQ = dS K``, ``dK = dS^T Q`` (a hidden
+score has ``P = 0``, hence ``dS = 0``; rows that see no key, ``offset < 0`` only, are masked
+explicitly as the composite's mask_fill did). Its ``decompose`` is those Tensor ops, the
+transposes as matmul's flags, so under Fusion the backward pass fuses like any other; a
+backend that runs it as one op of its own (the Cuda backend: four cuBLAS products around
+one generated kernel) saves the dispatch of six ops a layer. Where only some of q, k, v
+need a gradient the Tensor ops run instead, skipping the rest.
+
+``decompose`` of ``attention`` is the composite, which Fusion records and fuses for large
+tensors unless the backend below runs the op as kernels of its own (``Backend.fused_ops``:
+the Cuda backend, ember/backend/cuda/attention.py).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DTypeError, ShapeError
+from ..errors import AutodiffError, DTypeError, ShapeError
 from ._api import api, run_op
 from .linalg import matmul_t
-from .nn import SOFTMAX_BACKWARD, _ct, _quiet_sm, _sm_down, _sm_up, _softmax_numpy
+from .nn import (SOFTMAX_BACKWARD, _ct, _quiet_sm, _sm_down, _sm_up, _softmax_bwd_numpy,
+                 _softmax_numpy)
 from .registry import declare
 from .rules import require_kind
 
@@ -138,8 +144,17 @@ def _decompose(q, k, v, *, scale, causal, offset):
 
 def _vjp(g, inputs, out, scale, causal, offset, needs):
     q, k, v = inputs
+    if all(needs):
+        return tuple(run_op(ATTENTION_BACKWARD, (g, q, k, v, out[1]), scale=scale,
+                            causal=causal, offset=offset))
+    return _grads(g, q, k, v, out[1], scale, causal, offset, needs)
+
+
+def _grads(g, q, k, v, weights, scale, causal, offset, needs=(True, True, True)):
+    """``(dq, dk, dv)`` as Tensor ops (None where ``needs`` says no): the derivative's
+    formula, `attention_backward`'s decomposition."""
     src = q._dtype
-    p = _sm_up(out[1])
+    p = _sm_up(weights)
     gf = _sm_up(g)
     dq = dk = dv = None
     if needs[2]:
@@ -165,4 +180,67 @@ ATTENTION = declare(
         "over [..., Lq, D], [..., Lk, D], [..., Lk, Dv] (f16/bf16 computed in f32); only "
         "the first output is differentiable")
 
-__all__ = ["ATTENTION", "causal_hidden", "causal_mask", "lowest", "misfit"]
+# -- attention_backward: the derivative as one primitive -------------------------------------
+_BWD = "attention_backward"
+
+
+def _bwd_infer(g, q, k, v, weights, scale, causal, offset):
+    _check_attrs(scale, causal, offset)
+    for t, what in ((g, "output gradient"), (q, "query"), (k, "key"), (v, "value"),
+                    (weights, "weights")):
+        if not hasattr(t, "_shape"):
+            raise DTypeError(f"{_BWD}: expects a Tensor as the {what}, got "
+                             f"{type(t).__name__}")
+    err = misfit(q, k, v)
+    if err is not None:
+        raise type(err)(str(err).replace(_OP + ":", _BWD + ":", 1))
+    sq, sk, sv, d = q._shape, k._shape, v._shape, q._dtype
+    lead = sq[:-2]
+    want = {"output gradient": (g, lead + (sq[-2], sv[-1])),
+            "weights": (weights, lead + (sq[-2], sk[-2]))}
+    for what, (t, shape) in want.items():
+        if t._dtype is not d:
+            raise DTypeError(f"{_BWD}: the {what} is {t._dtype.short}, the query {d.short}; "
+                             f"all five inputs share one float dtype")
+        if t._shape != shape:
+            raise ShapeError(f"{_BWD}: the {what} has shape {t._shape}; with query {sq}, "
+                             f"key {sk} and value {sv} it must be {shape}")
+    return [(sq, d), (sk, d), (sv, d)]
+
+
+@_quiet_sm
+def _bwd_numpy(g, q, k, v, weights, *, scale, causal, offset, xp=np):
+    src = q.dtype
+    ct = _ct(q)
+    gc, qc, kc, vc, pc = (a.astype(ct, copy=False) for a in (g, q, k, v, weights))
+    dv = xp.matmul(xp.swapaxes(pc, -1, -2), gc)
+    dp = xp.matmul(gc, xp.swapaxes(vc, -1, -2))
+    ds = xp.multiply(_softmax_bwd_numpy(dp, pc, dim=dp.ndim - 1, xp=xp), ct(scale))
+    lq, lk = ds.shape[-2], ds.shape[-1]
+    if causal and offset < 0 and lq and lk:
+        ds = xp.where(causal_mask(lq, lk, offset, xp), ct(0), ds)
+    dq = xp.matmul(ds, kc)
+    dk = xp.matmul(xp.swapaxes(ds, -1, -2), qc)
+    return tuple(a.astype(src, copy=False) for a in (dq, dk, dv))
+
+
+def _bwd_decompose(g, q, k, v, weights, *, scale, causal, offset):
+    return _grads(g, q, k, v, weights, scale, causal, offset)
+
+
+def _bwd_vjp(g, inputs, out, **attrs):
+    raise AutodiffError(f"{_BWD} has no derivative here: ember differentiates attention "
+                        f"once (its derivative is this op); run the forward again for "
+                        f"another gradient")
+
+
+ATTENTION_BACKWARD = declare(
+    _BWD, "other", nin=5, attrs=("scale", "causal", "offset"), infer=_bwd_infer,
+    numpy=_bwd_numpy, vjp=_bwd_vjp, nout=3, decompose=_bwd_decompose,
+    doc="attention's gradients (dq, dk, dv) from the output's gradient g and the weights "
+        "P: dV = P^T g, dS = softmax_backward(g V^T, P) * scale (hidden rows of a "
+        "negative causal offset zeroed), dQ = dS K, dK = dS^T Q (f16/bf16 computed in "
+        "f32)")
+
+__all__ = ["ATTENTION", "ATTENTION_BACKWARD", "causal_hidden", "causal_mask", "lowest",
+           "misfit"]

@@ -2,7 +2,10 @@
 k^T * scale, causal mask) @ v, the weights)`` -- run directly and through
 ``nn.functional.scaled_dot_product_attention``, against float64 references written here
 (einsum, an explicit causal mask, a softmax by hand). Gradient checks (finite differences of
-the reference's first output) cover q, k and v, including queries that see no key."""
+the reference's first output) cover q, k and v, including queries that see no key; the
+derivative itself runs as the primitive ``attention_backward`` there. That primitive is also
+run directly, on weights from the forward and on arbitrary ones, against the textbook
+gradients in float64."""
 from __future__ import annotations
 
 import numpy as np
@@ -63,4 +66,58 @@ CASES = [
          lambda q, k, v: nn.functional.scaled_dot_product_attention(q, k, v, scale=0.3,
                                                                     training=False),
          lambda q, k, v: ref_attention(q, k, v, 0.3)[0], [WIDE]),
+]
+
+
+def ref_attention_backward(g, q, k, v, p, scale, causal=False, offset=0):
+    """``(dq, dk, dv)`` in float64 for weights ``p``: the gradients of ``out = p @ v`` with
+    ``p = softmax(scores)``, ``scores = q k^T * scale``; a query that sees no key (``offset <
+    0``) passes no gradient to its scores."""
+    dv = np.einsum("...ij,...id->...jd", p, g)
+    dp = np.einsum("...id,...jd->...ij", g, v)
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True)) * scale
+    lq, lk = p.shape[-2:]
+    if causal and offset < 0:
+        hidden = np.arange(lk)[None, :] > np.arange(lq)[:, None] + offset
+        ds = np.where(hidden, 0.0, ds)
+    return (np.einsum("...ij,...jd->...id", ds, k), np.einsum("...ij,...id->...jd", ds, q),
+            dv)
+
+
+def _bwd(scale, causal=False, offset=0, from_forward=True):
+    """The primitive on (g, q, k, v) with the forward's weights, or on (g, q, k, v, p)."""
+    def fn(g, q, k, v, *p):
+        if from_forward:
+            p = (P("attention", q, k, v, scale=scale, causal=causal, offset=offset)[1],)
+        return P("attention_backward", g, q, k, v, *p, scale=scale, causal=causal,
+                 offset=offset)
+
+    def ref(g, q, k, v, *p):
+        if from_forward:
+            p = (ref_attention(q, k, v, scale, causal, offset)[1],)
+        return ref_attention_backward(g, q, k, v, p[0], scale, causal, offset)
+    return fn, ref
+
+
+def _bwd_case(name, scale, causal, offset, shapes, from_forward=True):
+    fn, ref = _bwd(scale, causal, offset, from_forward)
+    return Case(name, ("attention_backward",), fn, ref, shapes, grad=False)
+
+
+# (g, q, k, v[, p]) shapes
+CASES += [
+    _bwd_case("attention_backward", 0.45, False, 0,
+              [((2, 3, 3, 2), (2, 3, 3, 5), (2, 3, 6, 5), (2, 3, 6, 2)),
+               ((3, 2), (3, 4), (5, 4), (5, 2)), ((2, 0, 3), (2, 0, 4), (2, 5, 4), (2, 5, 3)),
+               ((2, 3, 3), (2, 3, 4), (2, 0, 4), (2, 0, 3))]),
+    _bwd_case("attention_backward_causal", 0.5, True, 0,
+              [((2, 2, 5, 3), (2, 2, 5, 4), (2, 2, 5, 4), (2, 2, 5, 3))]),
+    _bwd_case("attention_backward_causal_offset", 0.35, True, 3,
+              [((4, 3), (4, 2), (6, 2), (6, 3))]),
+    _bwd_case("attention_backward_hidden_rows", 0.6, True, -2,
+              [((2, 4, 2), (2, 4, 3), (2, 5, 3), (2, 5, 2))]),
+    # arbitrary weights (not a softmax): the formula holds for any P
+    _bwd_case("attention_backward_any_weights", 0.3, True, -1,
+              [((2, 3, 2), (2, 3, 4), (2, 5, 4), (2, 5, 2), (2, 3, 5))],
+              from_forward=False),
 ]

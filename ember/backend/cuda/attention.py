@@ -22,13 +22,22 @@ it) and in f64 for f64; ember's NVRTC options include ``--fmad=false``, so ``s *
 ``x - m`` round as NumPy's do.
 
 Fusion(Cuda) runs the op here because ``Cuda.fused_ops`` names it (remove the name there
-to have Fusion fuse the decomposition instead); its derivative is Tensor ops (matmuls and
-the ``softmax_backward`` primitive), so the backward pass runs and fuses like any other.
+to have Fusion fuse the decomposition instead).
+
+Its derivative, the primitive ``attention_backward`` (`attention_backward_impl`), runs here
+too: ``dV = P^T dO`` and ``dP = dO V^T`` through cuBLAS, then ``dS = P (dP - sum(dP P)) *
+scale`` as one reduce-then-broadcast kernel of ember's renderer (`softmax_backward_kernel`:
+the kernel Fusion generates for the decomposition's softmax_backward and scale, built here
+directly and launched on the kernel runtime), then ``dQ = dS K`` and ``dK = dS^T Q``
+through cuBLAS: one op a layer where the Tensor ops took six, each dispatched through the
+Tensor API, Autodiff and Fusion on a host-bound training step.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ... import dtype as dt
+from ...kernel import ir
 from .ops import _GRID_CAP, _KERNEL_HELPERS, _Kernels, f64_bits
 
 ATTN_SOURCE = _KERNEL_HELPERS + r"""
@@ -188,3 +197,66 @@ def attention_impl(cp, xp):
                            (M, lq, lk, int(offset), f64_bits(scale)), (int(bool(causal)),))
         return xp.matmul(s, v), s
     return attention
+
+
+# -- attention_backward ----------------------------------------------------------------------
+_IR_DT = {np.dtype(np.float32): dt.float32, np.dtype(np.float64): dt.float64}
+
+
+def softmax_backward_kernel(groups: int, lq: int, lk: int, p_strides: tuple, dtype,
+                            scale: float, causal: bool, offset: int) -> ir.Reduce:
+    """The kernel ``dS[b, i, j] = (dP - sum_j(dP P)) * P * scale`` over ``[groups, lq, lk]``
+    (``dtype``: f32 or f64, the compute dtype), with ``dS = 0`` where key ``j`` is hidden
+    from query ``i`` (``j > i + offset``) when causal with a negative offset (the queries
+    that see no key; elsewhere a hidden key has ``P = 0``). Input 0 is ``dP``, C-contiguous;
+    input 1 is ``P``, of element strides ``p_strides``. The operations and their order are
+    the reference's (`ember.ops.attention._bwd_numpy`)."""
+    d = _IR_DT[np.dtype(dtype)]
+    dp, p = ir.Load(0, d), ir.Load(1, d)
+    value = (dp - ir.Acc(d)) * p * ir.const(float(scale), d)
+    if causal and offset < 0:
+        hidden = ir.cmp("gt", ir.Index(2), ir.Index(1) + ir.Const(int(offset), dt.int64))
+        value = ir.select(hidden, ir.const(0.0, d), value)
+    views = (ir.BufferView(d, (lq * lk, lk, 1)), ir.BufferView(d, tuple(p_strides)))
+    return ir.Reduce((groups, lq, lk), 2, views, dp * p, "sum", value, d, broadcast=True)
+
+
+def attention_backward_impl(cp, xp):
+    """``CUDA_IMPLS["attention_backward"]``: the products on cuBLAS (``xp.matmul``), ``dS``
+    as `softmax_backward_kernel` on the kernel runtime (``xp.ember_kernel_runtime()``), for
+    f16 (as f32), f32 and f64; any other dtype, or no kernel runtime, runs the reference."""
+    from ...ops.attention import _bwd_numpy as reference
+    runtime = getattr(xp, "ember_kernel_runtime", None)
+    contiguous = getattr(xp, "ember_contiguous", None) or cp.ascontiguousarray
+    programs: dict = {}
+
+    def softmax_backward(rt, dp, p, scale, causal, offset):
+        lq, lk = dp.shape[-2], dp.shape[-1]
+        groups = dp.size // (lq * lk)
+        p = p.reshape(groups, lq, lk) if p.flags.c_contiguous else \
+            contiguous(p).reshape(groups, lq, lk)
+        item = p.itemsize
+        key = (groups, lq, lk, p.strides, dp.dtype, scale, causal, offset)
+        prog = programs.get(key)
+        if prog is None:
+            if len(programs) > 256:
+                programs.clear()
+            prog = programs[key] = rt.compile(softmax_backward_kernel(
+                groups, lq, lk, tuple(s // item for s in p.strides), dp.dtype, scale, causal,
+                offset))
+        (ds,) = rt.launch(prog, (dp.reshape(groups, lq, lk), p), ())
+        return ds.reshape(dp.shape)
+
+    def attention_backward(g, q, k, v, p, *, scale, causal, offset):
+        if q.dtype == _F16:           # computed in f32; the outputs are rounded to f16 once
+            g, q, k, v, p = (a.astype(np.float32) for a in (g, q, k, v, p))  # (`_runner`)
+        rt = runtime() if runtime is not None else None
+        if rt is None or _KD.get(q.dtype) is None or \
+                any(a.dtype != q.dtype for a in (g, k, v, p)):
+            return reference(g, q, k, v, p, scale=scale, causal=causal, offset=offset, xp=xp)
+        dv = xp.matmul(p.swapaxes(-1, -2), g)
+        dp = xp.matmul(g, v.swapaxes(-1, -2))        # C-contiguous [..., Lq, Lk]
+        ds = softmax_backward(rt, dp, p, float(scale), bool(causal), int(offset)) \
+            if dp.size else dp
+        return xp.matmul(ds, k), xp.matmul(ds.swapaxes(-1, -2), q), dv
+    return attention_backward

@@ -46,11 +46,12 @@ class Cuda(Backend):
     #: write, where Fusion's decomposition takes two kernels. adam_update (`ops.py`, launched
     #: directly): the same one kernel per parameter as the fused decomposition, without
     #: recording its ~15 ops (~600 of the ~1300 ops a GPT step recorded, bench/gpu.py row 9).
-    #: attention (`attention.py`): two cuBLAS products around one softmax kernel.
+    #: attention (`attention.py`): two cuBLAS products around one softmax kernel; its
+    #: derivative attention_backward: four products around one generated kernel.
     #: adam_update_many: a whole optimizer step's updates in one op (`ember.optim.Adam` groups
     #: them where the backend lists it)
     fused_ops = frozenset({"layer_norm", "adam_update", "attention", "layer_norm_backward",
-                           "adam_update_many"})
+                           "adam_update_many", "attention_backward"})
 
     def __init__(self):
         cp, why = _cupy.load()
@@ -62,9 +63,10 @@ class Cuda(Backend):
         #: index checks queued on the device, raised at the next read (`checks.py`)
         self._checks = DeferredChecks(cp)
         #: C-contiguous copies as generated kernels (`copy.StridedCopy`), on the caller's stream
-        self.contiguous = StridedCopy(cp, self._copy_runtime)
+        self.contiguous = StridedCopy(cp, self._raw_kernel_runtime)
         self.xp = namespace(cp, matmul=CublasMatmul(cp, self.contiguous),
-                            defer_index_check=self._checks, ember_contiguous=self.contiguous)
+                            defer_index_check=self._checks, ember_contiguous=self.contiguous,
+                            ember_kernel_runtime=self._raw_kernel_runtime)
         self._ndarray = cp.ndarray
         self._oom = cp.cuda.memory.OutOfMemoryError
         self._runners = {}
@@ -361,8 +363,9 @@ class Cuda(Backend):
             self._rngs[device.index] = g
 
     # -- kernel runtime (what Fusion(Cuda) runs generated kernels on) ---------------------
-    def _copy_runtime(self):
-        """The kernel runtime itself (no scope of its own: copies run inside an op's)."""
+    def _raw_kernel_runtime(self):
+        """The kernel runtime itself, or None (no scope of its own: what launches on it --
+        copies, attention_backward's kernel -- runs inside an op's)."""
         rt = self.kernel_runtime
         return None if rt is None else rt._rt
 
