@@ -14,6 +14,7 @@ from ember.backend import Autodiff, Fusion, NdArray
 from ember.errors import DTypeError, IndexError_, ShapeError
 from ember.ops import OPS
 from ember.tensor.dispatch import apply
+from tests.fusion._util import RecordingNdArray
 
 ND = NdArray().device(0)
 FORWARD = ("softmax", "log_softmax")
@@ -70,22 +71,10 @@ def test_primitive_equals_its_decomposition_bit_for_bit(name, dtype):
         assert_same_bits(got.numpy(), want.numpy(), f"{name} {dtype} {shape} dim {dim}")
 
 
-class _Recording(NdArray):
-    """NdArray that remembers the ops it ran."""
-
-    def __init__(self):
-        super().__init__()
-        self.ran = []
-
-    def execute(self, op, prims, attrs, meta, device):
-        self.ran.append(op.name)
-        return super().execute(op, prims, attrs, meta, device)
-
-
 @pytest.mark.parametrize("name", FORWARD)
 def test_one_op_each_way_in_a_training_step(name):
-    ad = Autodiff(_Recording()).device(0)
-    inner = ad.backend.inner            # (the one interned _Recording backend)
+    ad = Autodiff(RecordingNdArray()).device(0)
+    inner = ad.backend.inner            # (the one interned RecordingNdArray backend)
     rng = np.random.default_rng(1)
     x = em.tensor(rng.normal(size=(8, 5)).astype(np.float32), device=ad).require_grad()
     t = em.tensor(rng.normal(size=(8, 5)).astype(np.float32), device=ad)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import ember as em
-from ember.backend import Autodiff, Fusion, NdArray
+from ember.backend import Autodiff, Fusion
 from ember.backend.cuda import attention as A
 from ember.backend.cuda import ops as cuda_ops
 from ember.backend.fusion.runtime import InterpretRuntime
@@ -25,6 +25,7 @@ from ember.kernel.cuda.render import render
 from ember.ops.attention import ATTENTION, ATTENTION_BACKWARD
 from ember.tensor.dispatch import apply
 from tests.conformance.specs_attention import ref_attention, ref_attention_backward
+from tests.fusion._util import RecordingNdArray
 from tests.kernel_cuda._util import nvrtc_or_skip
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -131,19 +132,9 @@ def test_without_a_kernel_runtime_the_reference_runs():
         np.testing.assert_allclose(a, w, rtol=1e-12, atol=1e-12)
 
 
-class _Recording(NdArray):
-    """NdArray noting the ops it runs (under Fusion: what was not fused)."""
-
-    def __init__(self):
-        super().__init__()
-        self.ran = []
-
-    def execute(self, op, prims, attrs, meta, device):
-        self.ran.append(op.name)
-        return super().execute(op, prims, attrs, meta, device)
 
 
-class _ListsIt(_Recording):
+class _ListsIt(RecordingNdArray):
     """A backend that runs attention and its derivative as ops of its own (as Cuda does)."""
     fused_ops = frozenset({"attention", "attention_backward"})
 
@@ -176,7 +167,7 @@ def test_backward_pass_is_one_op_where_the_backend_lists_it():
     lists it (as Cuda does), else as its decomposition: matmuls and fused kernels."""
     ran = _backward_ops(_ListsIt())
     assert ran.count("attention_backward") == 1 and "matmul" not in ran, ran
-    ran = _backward_ops(_Recording())
+    ran = _backward_ops(RecordingNdArray())
     assert "attention_backward" not in ran and ran.count("matmul") == 4, ran
 
 

@@ -50,6 +50,18 @@ def fusion_device(runtime: str):
 RUNTIMES = ("interpret", "c", "cuda")
 
 
+class RecordingNdArray(NdArray):
+    """NdArray noting the names of the ops it runs (below Fusion: what was not fused)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ran = []
+
+    def execute(self, op, prims, attrs, meta, device):
+        self.ran.append(op.name)
+        return super().execute(op, prims, attrs, meta, device)
+
+
 def counted(fn):
     """``fn()``'s result (read to the host) and the fusion counters of that call."""
     em.fusion.reset_stats()
