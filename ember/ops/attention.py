@@ -229,9 +229,9 @@ def _bwd_decompose(g, q, k, v, weights, *, scale, causal, offset):
 
 
 def _bwd_vjp(g, inputs, out, **attrs):
-    raise AutodiffError(f"{_BWD} has no derivative here: ember differentiates attention "
-                        f"once (its derivative is this op); run the forward again for "
-                        f"another gradient")
+    raise AutodiffError(f"{_BWD} has no derivative: attention is differentiated once (this "
+                        f"op is its derivative); second derivatives of attention are not "
+                        f"supported")
 
 
 ATTENTION_BACKWARD = declare(
