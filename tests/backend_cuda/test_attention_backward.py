@@ -108,8 +108,9 @@ def test_host_code_over_numpy(causal, offset, dtype):
             _, p = ref_attention(*(a.astype(np.float64) for a in (q, k, v)), 0.4, causal,
                                  offset)
             p = p.astype(dtype)
-            if i == 0:                         # the same values, laid out [.., Lk, Lq]
+            if i == 0:       # the same values, p laid out [.., Lk, Lq], g [B, Lq, H, Dv]
                 p = np.ascontiguousarray(np.swapaxes(p, -1, -2)).swapaxes(-1, -2)
+                g = np.ascontiguousarray(np.swapaxes(g, 1, 2)).swapaxes(1, 2)
             got = impl(g, q, k, v, p, scale=0.4, causal=causal, offset=offset)
             want = ref_attention_backward(*(a.astype(np.float64) for a in (g, q, k, v, p)),
                                           0.4, causal, offset)

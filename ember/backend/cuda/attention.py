@@ -38,6 +38,7 @@ import numpy as np
 
 from ... import dtype as dt
 from ...kernel import ir
+from .matmul import layout
 from .ops import _GRID_CAP, _KERNEL_HELPERS, _Kernels, f64_bits
 
 ATTN_SOURCE = _KERNEL_HELPERS + r"""
@@ -254,6 +255,8 @@ def attention_backward_impl(cp, xp):
         if rt is None or _KD.get(q.dtype) is None or \
                 any(a.dtype != q.dtype for a in (g, k, v, p)):
             return reference(g, q, k, v, p, scale=scale, causal=causal, offset=offset, xp=xp)
+        if g.ndim > 2 and layout(g.shape, g.strides, g.itemsize, g.shape[:-2]) is None:
+            g = contiguous(g)         # (read by two products: copied once, not by each)
         dv = xp.matmul(p.swapaxes(-1, -2), g)
         dp = xp.matmul(g, v.swapaxes(-1, -2))        # C-contiguous [..., Lq, Lk]
         ds = softmax_backward(rt, dp, p, float(scale), bool(causal), int(offset)) \
