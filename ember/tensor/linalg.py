@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from ..errors import DTypeError, ShapeError
 from ..ops import linalg as L
+from ..ops import linear as LIN
 from . import dispatch
-from .dispatch import binary
+from .dispatch import apply, binary
 
 __all__ = ["matmul", "dot", "outer", "linear"]
 
@@ -95,14 +96,17 @@ def linear(x, weight, bias=None):
     if not xs or xs[-1] != ws[0]:
         raise ShapeError(f"linear: input {xs} does not fit weight {ws}: the input's last dim "
                          f"must be in_features = {ws[0]}")
-    out = matmul(x, weight)
-    if bias is not None:
-        if not isinstance(bias, dispatch.Tensor) or bias._shape not in ((ws[1],), (1,), ()):
-            shape = getattr(bias, "_shape", type(bias).__name__)
-            raise ShapeError(f"linear: bias must have shape ({ws[1]},) to match weight {ws}, "
-                             f"got {shape}")
-        out = out + bias
-    return out
+    if bias is not None and (not isinstance(bias, dispatch.Tensor) or
+                             bias._shape not in ((ws[1],), (1,), ())):
+        shape = getattr(bias, "_shape", type(bias).__name__)
+        raise ShapeError(f"linear: bias must have shape ({ws[1]},) to match weight {ws}, "
+                         f"got {shape}")
+    if LIN.fits(x, weight, bias):
+        # one op each way (`ember.ops.linear`): under Fusion the forward decomposes as below
+        return apply(LIN.LINEAR, (x, weight) if bias is None else (x, weight, bias),
+                     {"has_bias": bias is not None})
+    out = matmul(x, weight)                 # (1-d inputs, mixed dtypes, a broadcast bias)
+    return out + bias if bias is not None else out
 
 
 class LinalgMethods:

@@ -1,9 +1,12 @@
 """Cases for linear algebra: matmul (every operand rank, batch broadcasting, zero-size and
-zero inner dims, ints wrapping), the ``@`` operator, dot, outer, linear."""
+zero inner dims, ints wrapping), the ``@`` operator, dot, outer, linear (the ``linear``
+primitive where its inputs fit it, the composite for a 1-d input), and ``linear_backward``
+run directly against the textbook gradients."""
 import numpy as np
 
 import ember as em
 from tests.conformance.harness import FLOATS, NUMERIC, Case, Input
+from tests.conformance.specs_nn import P
 
 
 def _mm(a, b):
@@ -63,10 +66,36 @@ CASES = [
          lambda a, b: em.matmul(a, b, transpose_a=True, transpose_b=True),
          lambda a, b: _mm(np.swapaxes(a, -1, -2), np.swapaxes(b, -1, -2)),
          [((3, 2), (4, 3)), ((2, 1, 4, 3), (3, 2, 4)), ((4, 3, 2), (5, 3))], dtypes=NUMERIC),
-    Case("linear", ("matmul", "add"), lambda x, w, b: em.linear(x, w, b),
+    Case("linear", ("linear", "matmul", "add"), lambda x, w, b: em.linear(x, w, b),
          lambda x, w, b: _mm(x, w) + b,
          [((2, 3), (3, 4), (4,)), ((2, 2, 3), (3, 4), (4,)), ((3,), (3, 2), (2,)),
           ((0, 3), (3, 2), (2,))]),
-    Case("linear_no_bias", "matmul", lambda x, w: em.linear(x, w), _mm,
+    Case("linear_no_bias", ("linear", "matmul"), lambda x, w: em.linear(x, w), _mm,
          [((2, 3), (3, 4)), ((4, 1, 3), (3, 2))]),
 ]
+
+
+def _linear_grads(g, x, w, need_x, has_bias):
+    """``[dx] + [dweight] + [dbias]`` of ``x @ w + b`` in float64, by the textbook."""
+    out = [_mm(g, np.swapaxes(w, -1, -2))] if need_x else []
+    n = int(np.prod(x.shape[:-1]))
+    xr, gr = x.reshape(n, x.shape[-1]), g.reshape(n, g.shape[-1])
+    out.append(_mm(np.swapaxes(xr, -1, -2), gr))
+    if has_bias:
+        out.append(gr.sum(axis=0))
+    return tuple(out)
+
+
+def _lb(need_x, has_bias):
+    return (lambda g, x, w: P("linear_backward", g, x, w, need_x=need_x, has_bias=has_bias),
+            lambda g, x, w: _linear_grads(g, x, w, need_x, has_bias))
+
+
+# (g, x, w) shapes
+LB_SHAPES = [((2, 4), (2, 3), (3, 4)), ((2, 5, 4), (2, 5, 3), (3, 4)),
+             ((2, 1, 3, 2), (2, 1, 3, 5), (5, 2)), ((0, 4), (0, 3), (3, 4)),
+             ((2, 0), (2, 3), (3, 0))]
+CASES += [Case(f"linear_backward_{'x' if nx else 'nox'}_{'b' if hb else 'nob'}",
+               "linear_backward", *_lb(nx, hb), LB_SHAPES if nx and hb else LB_SHAPES[:2],
+               grad=False)
+          for nx in (True, False) for hb in (True, False)]

@@ -48,10 +48,12 @@ class Cuda(Backend):
     #: recording its ~15 ops (~600 of the ~1300 ops a GPT step recorded, bench/gpu.py row 9).
     #: attention (`attention.py`): two cuBLAS products around one softmax kernel; its
     #: derivative attention_backward: four products around one generated kernel.
+    #: linear_backward (`linear.py`): a linear layer's gradients, two products and a column
+    #: sum, as one op.
     #: adam_update_many: a whole optimizer step's updates in one op (`ember.optim.Adam` groups
     #: them where the backend lists it)
     fused_ops = frozenset({"layer_norm", "adam_update", "attention", "layer_norm_backward",
-                           "adam_update_many", "attention_backward"})
+                           "adam_update_many", "attention_backward", "linear_backward"})
 
     def __init__(self):
         cp, why = _cupy.load()

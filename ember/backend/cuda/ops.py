@@ -1247,6 +1247,11 @@ def _attention_impl(cp, xp):
     return attention_impl(cp, xp)
 
 
+def _linear_backward_impl(cp, xp):
+    from .linear import linear_backward_impl     # (cuBLAS + a generated column sum)
+    return linear_backward_impl(cp, xp)
+
+
 def _attention_backward_impl(cp, xp):
     from .attention import attention_backward_impl   # (cuBLAS + a generated kernel)
     return attention_backward_impl(cp, xp)
@@ -1280,6 +1285,7 @@ CUDA_IMPLS = {
     "layer_norm_backward": _layer_norm_backward_impl,
     "attention": _attention_impl,
     "attention_backward": _attention_backward_impl,
+    "linear_backward": _linear_backward_impl,
     "max_pool1d_backward": _max_pool_backward_impl,
     "max_pool2d_backward": _max_pool_backward_impl,
     "conv1d": _conv_builder("conv", 1),

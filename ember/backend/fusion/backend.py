@@ -42,6 +42,7 @@ from .stats import EAGER, INNER, KERNEL, PROBE, REPLAY, VIEW_OP, OP_COUNTS as _O
 from .planner import EW, RED, VIEW
 from .cross_entropy import OPS as _CE_OPS, CrossEntropyKernels
 from .pooling import OPS as _POOL_OPS, PoolKernels
+from . import linear as _linear
 from .stream import _SIGS, FusionPrim, Node, Stream, _transposed, numel, sig_of
 
 _EW_CATEGORIES = frozenset({"unary", "binary", "cast", "other"})
@@ -52,6 +53,8 @@ _HALF = (dt.float16, dt.bfloat16)
 DECOMP = "decomp"
 #: `_classify`'s kind of an op that runs as kernels Fusion builds for it where it can
 OP_KERNEL = "op_kernel"
+#: `_classify`'s kind of an op run as the primitives it stands for (`linear.py`)
+SPLIT = "split"
 _wrap = None   # ember.tensor.dispatch.wrap, imported on first use (the Tensor API sits above)
 
 
@@ -224,6 +227,8 @@ class Fusion(Backend):
                 k = VIEW
             elif op.category == "reduce" and op.name in _REDUCTIONS:
                 k = RED
+        if not k and op.name in _linear.OPS and op.name not in self._fused_inner:
+            k = SPLIT
         if not k and op.decompose is not None and op.name not in self._fused_inner:
             k = DECOMP
         if not k and op.name in self._op_kernels:
@@ -275,6 +280,8 @@ class Fusion(Backend):
             return dev._execute(op, prims, attrs, meta, dev)
         if kind is DECOMP:
             return self._decomposed(op, prims, attrs, device)
+        if kind is SPLIT:
+            return self._split(prims, attrs, meta, device)
         return self._record(op, kind, prims, None, attrs, meta, device)
 
     def _decide(self, op, shape) -> int:
@@ -320,6 +327,8 @@ class Fusion(Backend):
             kind = self._classify(op)
         if not kind:
             return self._inner(op, prims, attrs, meta, device)
+        if kind is SPLIT:
+            return self._split(prims, attrs, meta, device)
         if kind is OP_KERNEL:
             vals = tuple([_value(p) if type(p) is FusionPrim else p for p in prims])
             out = self._op_kernels[op.name].run(op, vals, attrs, meta)
@@ -520,6 +529,12 @@ class Fusion(Backend):
             from .replay import Replays
             r = self._replays = Replays(Fusion(self.inner, self._runtime_arg, 0))
         return r
+
+    def _split(self, prims, attrs, meta, device):
+        """A `linear.OPS` op as the primitives it stands for, on this backend's op path."""
+        execute = self.execute
+        return _linear.run(lambda op, p, a, m: execute(op, p, a, m, device), prims, attrs,
+                           meta)
 
     def _decomposed(self, op, prims, attrs, device):
         """Run ``op`` as ``op.decompose``: Tensor ops on this device, which record and fuse
