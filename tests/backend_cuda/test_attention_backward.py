@@ -17,14 +17,12 @@ import pytest
 import ember as em
 from ember.backend import Autodiff, Fusion
 from ember.backend.cuda import attention as A
-from ember.backend.cuda import ops as cuda_ops
-from ember.backend.fusion.runtime import InterpretRuntime
-from ember.kernel.c.runtime import CpuKernelRuntime
 from ember.kernel.cuda.compiler import default_arch
 from ember.kernel.cuda.render import render
 from ember.ops.attention import ATTENTION, ATTENTION_BACKWARD
 from ember.tensor.dispatch import apply
 from tests.conformance.specs_attention import ref_attention, ref_attention_backward
+from tests.backend_cuda._host import cpu_kernel_runtimes, host_namespace
 from tests.fusion._util import RecordingNdArray
 from tests.kernel_cuda._util import nvrtc_or_skip
 
@@ -33,14 +31,6 @@ gpu = pytest.mark.skipif(not em.cuda.is_available(),
                          reason=f"cuda: {em.cuda.why_unavailable()}")
 #: (causal, offset): no mask, a causal one, queries that see no key, a shifted one
 MASKS = [(False, 0), (True, 0), (True, -2), (True, 3)]
-
-
-def _cpu_runtimes():
-    rts = [("interpret", InterpretRuntime())]
-    c = CpuKernelRuntime(autotune=False)
-    if c.available():
-        rts.append(("c", c))
-    return rts
 
 
 def ref_ds(dp, p, scale, causal, offset):
@@ -65,7 +55,7 @@ def test_kernel_on_the_cpu_runtimes(causal, offset, dtype):
         k = A.softmax_backward_kernel(3, 4, 6, tuple(s // item for s in p.strides), dtype,
                                       0.4, causal, offset)
         want = ref_ds(dp.astype(np.float64), p.astype(np.float64), 0.4, causal, offset)
-        for name, rt in _cpu_runtimes():
+        for name, rt in cpu_kernel_runtimes():
             (got,) = rt.launch(rt.compile(k), [dp, p], [])
             assert got.shape == (3, 4, 6) and got.dtype == dtype
             tol = 1e-12 if dtype == np.float64 else 2e-6
@@ -82,12 +72,6 @@ def test_kernel_compiles_for_cuda(tmp_path, causal, offset, dtype):
     assert compiler.build(render(k).source, default_arch()).binary
 
 
-def _xp(runtime):
-    """The namespace the Cuda backend gives its op implementations, over NumPy."""
-    return cuda_ops.namespace(np, ember_kernel_runtime=lambda: runtime,
-                              ember_contiguous=np.ascontiguousarray)
-
-
 # (g, q, k, v) shapes: heads, no leading dims, no keys, no queries
 SHAPES = [((2, 3, 4, 2), (2, 3, 4, 5), (2, 3, 6, 5), (2, 3, 6, 2)),
           ((4, 3), (4, 2), (5, 2), (5, 3)),
@@ -100,8 +84,8 @@ SHAPES = [((2, 3, 4, 2), (2, 3, 4, 5), (2, 3, 6, 5), (2, 3, 6, 2)),
 def test_host_code_over_numpy(causal, offset, dtype):
     """`attention_backward_impl` with NumPy for CuPy and a CPU kernel runtime, on the
     forward's weights and on transposed (non-contiguous) weights."""
-    for name, rt in _cpu_runtimes():
-        impl = A.attention_backward_impl(np, _xp(rt))
+    for name, rt in cpu_kernel_runtimes():
+        impl = A.attention_backward_impl(np, host_namespace(rt))
         for i, shapes in enumerate(SHAPES):
             rng = np.random.default_rng(i)
             g, q, k, v = (rng.normal(size=s).astype(dtype) for s in shapes)
@@ -124,7 +108,7 @@ def test_host_code_over_numpy(causal, offset, dtype):
 
 
 def test_without_a_kernel_runtime_the_reference_runs():
-    impl = A.attention_backward_impl(np, _xp(None))
+    impl = A.attention_backward_impl(np, host_namespace(None))
     rng = np.random.default_rng(5)
     g, q, k, v = (rng.normal(size=s) for s in SHAPES[0])
     _, p = ref_attention(q, k, v, 0.3, True, -1)

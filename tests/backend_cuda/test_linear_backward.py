@@ -18,27 +18,17 @@ import pytest
 import ember as em
 from ember.backend import Autodiff, Fusion, NdArray
 from ember.backend.cuda import linear as LB
-from ember.backend.cuda import ops as cuda_ops
-from ember.backend.fusion.runtime import InterpretRuntime
-from ember.kernel.c.runtime import CpuKernelRuntime
 from ember.kernel.cuda.compiler import default_arch
 from ember.kernel.cuda.render import render
 from ember.ops.linear import LINEAR_BACKWARD
 from ember.tensor.dispatch import apply
+from tests.backend_cuda._host import cpu_kernel_runtimes, host_namespace
 from tests.fusion._util import RecordingNdArray
 from tests.kernel_cuda._util import nvrtc_or_skip
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 gpu = pytest.mark.skipif(not em.cuda.is_available(),
                          reason=f"cuda: {em.cuda.why_unavailable()}")
-
-
-def _cpu_runtimes():
-    rts = [("interpret", InterpretRuntime())]
-    c = CpuKernelRuntime(autotune=False)
-    if c.available():
-        rts.append(("c", c))
-    return rts
 
 
 def ref_grads(g, x, w, need_x=True, has_bias=True):
@@ -58,7 +48,7 @@ def ref_grads(g, x, w, need_x=True, has_bias=True):
 def test_column_sum_kernel_on_the_cpu_runtimes(rows, cols, dtype):
     g = np.random.default_rng(rows).normal(size=(rows, cols)).astype(dtype)
     k = LB.column_sum_kernel(rows, cols, dtype)
-    for name, rt in _cpu_runtimes():
+    for name, rt in cpu_kernel_runtimes():
         (got,) = rt.launch(rt.compile(k), [g], [])
         assert got.shape == (1, cols) and got.dtype == dtype, name
         tol = 1e-12 if dtype == np.float64 else 1e-5 * np.sqrt(rows)
@@ -74,11 +64,6 @@ def test_column_sum_kernel_compiles_for_cuda(tmp_path, dtype):
                               default_arch()).binary
 
 
-def _xp(runtime):
-    return cuda_ops.namespace(np, ember_kernel_runtime=lambda: runtime,
-                              ember_contiguous=np.ascontiguousarray)
-
-
 # (g, x, w) shapes: a batch of sequences, plain rows, no rows, no outputs
 SHAPES = [((2, 5, 4), (2, 5, 3), (3, 4)), ((6, 2), (6, 3), (3, 2)),
           ((0, 4), (0, 3), (3, 4)), ((2, 3, 0), (2, 3, 5), (5, 0))]
@@ -90,8 +75,8 @@ FLAGS = [(True, True), (True, False), (False, True), (False, False)]
 def test_host_code_over_numpy(need_x, has_bias, dtype):
     """`linear_backward_impl` with NumPy for CuPy and a CPU kernel runtime, on contiguous
     and on transposed (non-contiguous) g and x."""
-    for name, rt in _cpu_runtimes():
-        impl = LB.linear_backward_impl(np, _xp(rt))
+    for name, rt in cpu_kernel_runtimes():
+        impl = LB.linear_backward_impl(np, host_namespace(rt))
         for i, shapes in enumerate(SHAPES):
             rng = np.random.default_rng(i)
             g, x, w = (rng.normal(size=s).astype(dtype) for s in shapes)
@@ -109,7 +94,7 @@ def test_host_code_over_numpy(need_x, has_bias, dtype):
 
 
 def test_without_a_kernel_runtime_the_reference_runs():
-    impl = LB.linear_backward_impl(np, _xp(None))
+    impl = LB.linear_backward_impl(np, host_namespace(None))
     rng = np.random.default_rng(7)
     g, x, w = (rng.normal(size=s) for s in SHAPES[0])
     for a, b in zip(impl(g, x, w, need_x=True, has_bias=True), ref_grads(g, x, w)):
