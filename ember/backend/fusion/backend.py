@@ -330,7 +330,7 @@ class Fusion(Backend):
         if kind is SPLIT:
             return self._split(prims, attrs, meta, device)
         if kind is OP_KERNEL:
-            vals = tuple([_value(p) if type(p) is FusionPrim else p for p in prims])
+            vals = _values(prims)
             out = self._op_kernels[op.name].run(op, vals, attrs, meta)
             if out is not None:
                 return out
@@ -339,7 +339,7 @@ class Fusion(Backend):
             first = meta[0] if op.nout == 1 else meta[0][0]
             if self._is_small(first):
                 if self._replays is not False and numel(first) >= self.replay_min:
-                    vals = tuple([_value(p) if type(p) is FusionPrim else p for p in prims])
+                    vals = _values(prims)
                     out = self._replay(op, vals, attrs, meta, device)
                     if out is not None:
                         return out
@@ -560,7 +560,7 @@ class Fusion(Backend):
     def _inner(self, op, prims, attrs, meta, device, eager=False):
         """Run ``op`` on the inner backend, materializing pending inputs (``eager``: a
         fusable op that runs there because a kernel would not pay)."""
-        vals = tuple([_value(p) if type(p) is FusionPrim else p for p in prims])
+        vals = _values(prims)
         dev = device.inner
         _OPS[EAGER if eager else INNER] += 1
         return dev._execute(op, vals, attrs, meta, dev)
@@ -602,6 +602,23 @@ def _read(p: FusionPrim):
     if v is None:
         v = n.stream.materialize(n, everything=True)
     return v
+
+
+def _values(prims) -> tuple:
+    """The values of an op's inputs: pending ones of one stream computed in one flush."""
+    pending = None
+    for p in prims:
+        if type(p) is FusionPrim and p.node.value is None:
+            if pending is None:
+                pending = p
+            elif pending is not True and p.node is not pending.node:
+                pending = True          # two or more: flush them together
+    if pending is True:
+        nodes = [p.node for p in prims if type(p) is FusionPrim and p.node.value is None]
+        streams = {n.stream for n in nodes}
+        if len(streams) == 1:
+            streams.pop().materialize_all(nodes)
+    return tuple([_value(p) if type(p) is FusionPrim else p for p in prims])
 
 
 def _value(p: FusionPrim):

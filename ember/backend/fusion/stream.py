@@ -198,6 +198,22 @@ class Stream:
                     self.flush([node])
         return node.value
 
+    def materialize_all(self, nodes):
+        """`materialize` for several pending nodes of this stream at once: one flush, so an
+        op reading them (attention's q, k and v) plans and launches their kernels together
+        rather than a flush each."""
+        with self.lock:
+            targets = []
+            for n in nodes:
+                if n.value is None:
+                    if n.inputs is None:
+                        raise RuntimeError(f"fusion: {n!r} was dropped while still "
+                                           f"referenced")
+                    if n not in targets:
+                        targets.append(n)
+            if targets:
+                self.flush(targets)
+
     def flush_alive(self, also=None):
         """Materialize every pending node still wanted (and ``also``); drop the dead rest."""
         with self.lock:
