@@ -115,9 +115,10 @@ def test_sdpa_is_the_composite(monkeypatch):
 
 def _count(monkeypatch, fast):
     """Ops a causal MultiHeadAttention's training step issues below Autodiff, forward and
-    backward, on Fusion over an NdArray that runs `attention` itself (as Cuda does)."""
+    backward, on Fusion over an NdArray that runs `attention` and its derivative itself (as
+    Cuda does)."""
     class Inner(NdArray):
-        fused_ops = frozenset({"attention"})
+        fused_ops = frozenset({"attention", "attention_backward"})
 
     fus = Fusion(Inner(), "c", 0)
     counts = collections.Counter()

@@ -106,11 +106,12 @@ def _apply_masks(scores, mask_pad, mask_attn, causal, offset):
     return scores
 
 
-def _fits_primitive(q, k, v) -> bool:
+def _fits_primitive(q, k, v, heads: int = 0) -> bool:
     """Whether ``q``, ``k``, ``v`` are what the ``attention`` primitive takes (its own
-    rule, `ember.ops.attention.misfit`): then it computes what the composite does, as one
-    op each way; else the composite runs (and raises where the inputs are wrong)."""
-    return misfit(q, k, v) is None
+    rule, `ember.ops.attention.misfit`; ``heads``: unsplit ``[batch, seq, heads * d]``):
+    then it computes what the composite does, as one op each way; else the composite runs
+    (and raises where the inputs are wrong)."""
+    return misfit(q, k, v, heads) is None
 
 
 def quiet_softmax(x, dim: int = -1):
@@ -179,19 +180,32 @@ class MultiHeadAttention(em.Module):
     def extra_repr(self):
         return f"d_model={self.d_model}, n_heads={self.n_heads}"
 
-    def _heads(self, x, linear, what):
+    def _project(self, x, linear, what):
+        """``linear(x)``, ``[batch, seq, d_model]``."""
         if x.ndim != 3 or x.shape[-1] != self.d_model:
             raise ShapeError(f"MultiHeadAttention: {what} must be [batch, seq, "
                              f"{self.d_model}], got {tuple(x.shape)}")
+        return linear(x)
+
+    def _split(self, x):
+        """``[batch, seq, d_model]`` as the heads ``[batch, n_heads, seq, d_k]`` (a view)."""
         b, n, _ = x.shape
-        return linear(x).reshape(b, n, self.n_heads, self.d_k).swap_dims(1, 2)
+        return x.reshape(b, n, self.n_heads, self.d_k).swap_dims(1, 2)
+
+    def _heads(self, x, linear, what):
+        return self._split(self._project(x, linear, what))
+
+    def _one_op(self, mask_pad, mask_attn, need_weights) -> bool:
+        """Whether the attention may be the ``attention`` primitive: no masks but the
+        causal one, no dropout on the weights, the weights not wanted."""
+        drop = self.dropout
+        return not need_weights and mask_pad is None and mask_attn is None and \
+            not self.quiet_softmax and not (drop.training and drop.prob > 0.0)
 
     def _attend(self, q, k, v, mask_pad, mask_attn, causal, offset, need_weights):
         scale = 1.0 / math.sqrt(self.d_k)
         drop = self.dropout
-        if not need_weights and mask_pad is None and mask_attn is None and \
-                not self.quiet_softmax and not (drop.training and drop.prob > 0.0) and \
-                _fits_primitive(q, k, v):
+        if self._one_op(mask_pad, mask_attn, need_weights) and _fits_primitive(q, k, v):
             # the common case (no masks but the causal one, no dropout on the weights, the
             # weights not wanted): the `attention` primitive, one op forward and one
             # derivative rule backward where the composite below takes about a dozen each
@@ -218,15 +232,25 @@ class MultiHeadAttention(em.Module):
         ``attention`` primitive (as PyTorch's ``need_weights=False`` allows its fused path)."""
         key = query if key is None else key
         value = key if value is None else value
-        q = self._heads(query, self.query, "query")
-        k = self._heads(key, self.key, "key")
-        v = self._heads(value, self.value, "value")
-        if k.shape[2] != v.shape[2] or k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0]:
+        q = self._project(query, self.query, "query")
+        k = self._project(key, self.key, "key")
+        v = self._project(value, self.value, "value")
+        if k.shape[1] != v.shape[1] or k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0]:
             raise ShapeError(f"MultiHeadAttention: query {tuple(query.shape)}, key "
                              f"{tuple(key.shape)} and value {tuple(value.shape)} must share "
                              f"the batch, and key and value the sequence length")
-        return self._attend(q, k, v, mask_pad, mask_attn, causal, k.shape[2] - q.shape[2],
-                            need_weights)
+        offset = k.shape[1] - q.shape[1]
+        if self._one_op(mask_pad, mask_attn, need_weights) and \
+                _fits_primitive(q, k, v, self.n_heads):
+            # the common case as one op each way, the heads split and merged inside it
+            # (``heads``): the four view ops a head split and merge take each way stay out
+            # of the graph
+            ctx = apply(ATTENTION, (q, k, v), {"scale": 1.0 / math.sqrt(self.d_k),
+                                               "causal": bool(causal), "offset": int(offset),
+                                               "heads": self.n_heads})[0]
+            return MhaOutput(self.output(ctx), None)
+        return self._attend(self._split(q), self._split(k), self._split(v), mask_pad,
+                            mask_attn, causal, offset, need_weights)
 
     def forward_cache(self, query, cache: MhaCache | None = None, key=None, value=None,
                       mask_pad=None, mask_attn=None, causal: bool | None = None,

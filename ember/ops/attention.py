@@ -1,11 +1,16 @@
 """Scaled dot-product attention as one primitive.
 
-``attention(q, k, v, scale, causal, offset)`` over ``q [..., Lq, D]``, ``k [..., Lk, D]``,
-``v [..., Lk, Dv]`` (the same leading dims, one float dtype) gives ``(out [..., Lq, Dv],
-weights [..., Lq, Lk])``: ``weights = softmax(q @ k^T * scale)`` along the keys, with, when
-``causal``, key ``j`` hidden from query ``i`` where ``j > i + offset`` (its score takes the
-compute dtype's lowest finite value before the softmax, so a query that sees no key gets
-uniform weights, not NaN), and ``out = weights @ v``. The composite that
+``attention(q, k, v, scale, causal, offset, heads)`` over ``q [..., Lq, D]``, ``k [..., Lk,
+D]``, ``v [..., Lk, Dv]`` (the same leading dims, one float dtype) gives ``(out [..., Lq, Dv],
+weights [..., Lq, Lk])``. With ``heads`` H > 0 the inputs come unsplit, ``[..., L, H*D]`` as
+a linear layer makes them, and ``out`` merged, ``[..., Lq, H*Dv]`` (weights ``[..., H, Lq,
+Lk]``): the op splits and merges the heads itself, where MultiHeadAttention's reshape and
+permute of each of q, k, v and of the output were eight view ops each way in the graph.
+
+``weights = softmax(q @ k^T * scale)`` along the keys, with, when ``causal``, key ``j``
+hidden from query ``i`` where ``j > i + offset`` (its score takes the compute dtype's lowest
+finite value before the softmax, so a query that sees no key gets uniform weights, not NaN),
+and ``out = weights @ v``. The composite that
 `ember.nn.MultiHeadAttention` spelled as about a dozen ops forward (two matmuls, the scale,
 the causal mask built by creation ops, mask_fill, softmax) and as many backward is one op
 each way -- on a host-bound training step each op costs more in dispatch than in arithmetic.
@@ -64,9 +69,24 @@ def _check_attrs(scale, causal, offset):
                          f"got {type(offset).__name__} {offset!r}")
 
 
-def misfit(q, k, v):
-    """Why Tensors ``q``, ``k``, ``v`` are not what `attention` takes, as the error to
-    raise, or None (`ember.nn` asks before choosing the primitive over the composite)."""
+def _check_heads(op, heads):
+    if type(heads) is not int or heads < 0:
+        raise DTypeError(f"{op}: heads must be an int >= 0 (0: q, k, v are already split into "
+                         f"heads), got {type(heads).__name__} {heads!r}")
+
+
+def split_shape(shape: tuple, heads: int) -> tuple | None:
+    """``[..., L, H*D]`` as ``[..., H, L, D]`` for ``heads`` H, or None where it does not
+    split so."""
+    if len(shape) < 2 or shape[-1] % heads:
+        return None
+    return shape[:-2] + (heads, shape[-2], shape[-1] // heads)
+
+
+def misfit(q, k, v, heads: int = 0):
+    """Why Tensors ``q``, ``k``, ``v`` are not what `attention` takes (with ``heads``: each
+    ``[..., L, H*D]``, split into H heads), as the error to raise, or None (`ember.nn` asks
+    before choosing the primitive over the composite)."""
     for t, what in ((q, "query"), (k, "key"), (v, "value")):
         if t._dtype.kind != "float":
             try:
@@ -77,6 +97,13 @@ def misfit(q, k, v):
     if not dq is dk is dv:
         return DTypeError(f"{_OP}: query {dq.short}, key {dk.short} and value {dv.short} "
                           f"must have one float dtype; cast them first")
+    if heads:
+        split = [split_shape(x, heads) for x in (sq, sk, sv)]
+        if None in split:
+            return ShapeError(f"{_OP}: with heads={heads}, query {sq}, key {sk} and value "
+                              f"{sv} must be [..., L, {heads} * D] (at least 2 dims, the last "
+                              f"a multiple of {heads})")
+        sq, sk, sv = split
     if not (len(sq) == len(sk) == len(sv) >= 2) or not sq[:-2] == sk[:-2] == sv[:-2]:
         return ShapeError(f"{_OP}: query {sq}, key {sk} and value {sv} must be [..., Lq, D], "
                           f"[..., Lk, D] and [..., Lk, Dv] with the same leading dims (at "
@@ -87,18 +114,21 @@ def misfit(q, k, v):
     return None
 
 
-def _infer(q, k, v, scale, causal, offset):
+def _infer(q, k, v, scale, causal, offset, heads=0):
     _check_attrs(scale, causal, offset)
+    _check_heads(_OP, heads)
     for t, what in ((q, "query"), (k, "key"), (v, "value")):
         if not hasattr(t, "_shape"):
             raise DTypeError(f"{_OP}: expects a Tensor as the {what}, got "
                              f"{type(t).__name__}")
-    err = misfit(q, k, v)
+    err = misfit(q, k, v, heads)
     if err is not None:
         raise err
     sq, sk, sv = q._shape, k._shape, v._shape
     dq = q._dtype
     lead = sq[:-2]
+    if heads:           # out merged [..., Lq, H*Dv]; weights [..., H, Lq, Lk]
+        return [(lead + (sq[-2], sv[-1]), dq), (lead + (heads, sq[-2], sk[-2]), dq)]
     return [(lead + (sq[-2], sv[-1]), dq), (lead + (sq[-2], sk[-2]), dq)]
 
 
@@ -108,8 +138,40 @@ def causal_mask(lq, lk, offset, xp=np):
     return xp.arange(lk).reshape(1, lk) > (xp.arange(lq) + offset).reshape(lq, 1)
 
 
+def split_np(a, heads, xp=np):
+    """An array ``[..., L, H*D]`` as the view ``[..., H, L, D]``."""
+    s = a.shape
+    return xp.swapaxes(a.reshape(s[:-1] + (heads, s[-1] // heads)), -2, -3)
+
+
+def merge_np(a, xp=np):
+    """An array ``[..., H, L, D]`` as ``[..., L, H*D]`` (a copy)."""
+    s = a.shape
+    return xp.swapaxes(a, -2, -3).reshape(s[:-3] + (s[-2], s[-3] * s[-1]))
+
+
+def _split(t, heads):
+    """A Tensor ``[..., L, H*D]`` as the view ``[..., H, L, D]``."""
+    s = t._shape
+    return t.reshape(s[:-1] + (heads, s[-1] // heads)).swap_dims(-2, -3)
+
+
+def _merge(t):
+    """A Tensor ``[..., H, L, D]`` as ``[..., L, H*D]``."""
+    s = t._shape
+    return t.swap_dims(-2, -3).reshape(s[:-3] + (s[-2], s[-3] * s[-1]))
+
+
+def _numpy(q, k, v, *, scale, causal, offset, heads=0, xp=np):
+    if heads:
+        out, p = _numpy_split(*(split_np(a, heads, xp) for a in (q, k, v)), scale=scale,
+                              causal=causal, offset=offset, xp=xp)
+        return merge_np(out, xp), p
+    return _numpy_split(q, k, v, scale=scale, causal=causal, offset=offset, xp=xp)
+
+
 @_quiet_sm
-def _numpy(q, k, v, *, scale, causal, offset, xp=np):
+def _numpy_split(q, k, v, *, scale, causal, offset, xp=np):
     src = q.dtype
     ct = _ct(q)
     qc, kc, vc = (a.astype(ct, copy=False) for a in (q, k, v))
@@ -130,8 +192,12 @@ def causal_hidden(lq, lk, offset, device):
     return j > i
 
 
-def _decompose(q, k, v, *, scale, causal, offset):
+def _decompose(q, k, v, *, scale, causal, offset, heads=0):
     """The composite MultiHeadAttention computed (in f32 for f16/bf16)."""
+    if heads:
+        out, p = _decompose(*(_split(t, heads) for t in (q, k, v)), scale=scale,
+                            causal=causal, offset=offset)
+        return _merge(out), p
     src = q._dtype
     qf, kf, vf = _sm_up(q), _sm_up(k), _sm_up(v)
     s = (qf @ kf.swap_dims(-1, -2)) * scale
@@ -142,11 +208,15 @@ def _decompose(q, k, v, *, scale, causal, offset):
     return _sm_down(p @ vf, src), _sm_down(p, src)
 
 
-def _vjp(g, inputs, out, scale, causal, offset, needs):
+def _vjp(g, inputs, out, scale, causal, offset, needs, heads=0):
     q, k, v = inputs
     if all(needs):
         return tuple(run_op(ATTENTION_BACKWARD, (g, q, k, v, out[1]), scale=scale,
-                            causal=causal, offset=offset))
+                            causal=causal, offset=offset, heads=heads))
+    if heads:
+        grads = _grads(*(_split(t, heads) for t in (g, q, k, v)), out[1], scale, causal,
+                       offset, needs)
+        return tuple(None if d is None else _merge(d) for d in grads)
     return _grads(g, q, k, v, out[1], scale, causal, offset, needs)
 
 
@@ -174,30 +244,32 @@ def _grads(g, q, k, v, weights, scale, causal, offset, needs=(True, True, True))
 
 
 ATTENTION = declare(
-    "attention", "other", nin=3, attrs=("scale", "causal", "offset"), infer=_infer,
+    "attention", "other", nin=3, attrs=("scale", "causal", "offset", "heads"), infer=_infer,
     numpy=_numpy, vjp=_vjp, vjp_needs=True, nout=2, decompose=_decompose,
     doc="(softmax(q @ k^T * scale, causal: keys j > i + offset hidden) @ v, the weights) "
-        "over [..., Lq, D], [..., Lk, D], [..., Lk, Dv] (f16/bf16 computed in f32); only "
-        "the first output is differentiable")
+        "over [..., Lq, D], [..., Lk, D], [..., Lk, Dv] (with heads H > 0: [..., L, H*D] "
+        "split into heads, the output merged; f16/bf16 computed in f32); only the first "
+        "output is differentiable")
 
 # -- attention_backward: the derivative as one primitive -------------------------------------
 _BWD = "attention_backward"
 
 
-def _bwd_infer(g, q, k, v, weights, scale, causal, offset):
+def _bwd_infer(g, q, k, v, weights, scale, causal, offset, heads=0):
     _check_attrs(scale, causal, offset)
+    _check_heads(_BWD, heads)
     for t, what in ((g, "output gradient"), (q, "query"), (k, "key"), (v, "value"),
                     (weights, "weights")):
         if not hasattr(t, "_shape"):
             raise DTypeError(f"{_BWD}: expects a Tensor as the {what}, got "
                              f"{type(t).__name__}")
-    err = misfit(q, k, v)
+    err = misfit(q, k, v, heads)
     if err is not None:
         raise type(err)(str(err).replace(_OP + ":", _BWD + ":", 1))
     sq, sk, sv, d = q._shape, k._shape, v._shape, q._dtype
     lead = sq[:-2]
     want = {"output gradient": (g, lead + (sq[-2], sv[-1])),
-            "weights": (weights, lead + (sq[-2], sk[-2]))}
+            "weights": (weights, lead + ((heads,) if heads else ()) + (sq[-2], sk[-2]))}
     for what, (t, shape) in want.items():
         if t._dtype is not d:
             raise DTypeError(f"{_BWD}: the {what} is {t._dtype.short}, the query {d.short}; "
@@ -208,8 +280,17 @@ def _bwd_infer(g, q, k, v, weights, scale, causal, offset):
     return [(sq, d), (sk, d), (sv, d)]
 
 
+def _bwd_numpy(g, q, k, v, weights, *, scale, causal, offset, heads=0, xp=np):
+    if heads:
+        grads = _bwd_numpy_split(*(split_np(a, heads, xp) for a in (g, q, k, v)), weights,
+                                 scale=scale, causal=causal, offset=offset, xp=xp)
+        return tuple(merge_np(a, xp) for a in grads)
+    return _bwd_numpy_split(g, q, k, v, weights, scale=scale, causal=causal, offset=offset,
+                            xp=xp)
+
+
 @_quiet_sm
-def _bwd_numpy(g, q, k, v, weights, *, scale, causal, offset, xp=np):
+def _bwd_numpy_split(g, q, k, v, weights, *, scale, causal, offset, xp=np):
     src = q.dtype
     ct = _ct(q)
     gc, qc, kc, vc, pc = (a.astype(ct, copy=False) for a in (g, q, k, v, weights))
@@ -224,7 +305,11 @@ def _bwd_numpy(g, q, k, v, weights, *, scale, causal, offset, xp=np):
     return tuple(a.astype(src, copy=False) for a in (dq, dk, dv))
 
 
-def _bwd_decompose(g, q, k, v, weights, *, scale, causal, offset):
+def _bwd_decompose(g, q, k, v, weights, *, scale, causal, offset, heads=0):
+    if heads:
+        grads = _grads(*(_split(t, heads) for t in (g, q, k, v)), weights, scale, causal,
+                       offset)
+        return tuple(_merge(d) for d in grads)
     return _grads(g, q, k, v, weights, scale, causal, offset)
 
 
@@ -235,7 +320,7 @@ def _bwd_vjp(g, inputs, out, **attrs):
 
 
 ATTENTION_BACKWARD = declare(
-    _BWD, "other", nin=5, attrs=("scale", "causal", "offset"), infer=_bwd_infer,
+    _BWD, "other", nin=5, attrs=("scale", "causal", "offset", "heads"), infer=_bwd_infer,
     numpy=_bwd_numpy, vjp=_bwd_vjp, nout=3, decompose=_bwd_decompose,
     doc="attention's gradients (dq, dk, dv) from the output's gradient g and the weights "
         "P: dV = P^T g, dS = softmax_backward(g V^T, P) * scale (hidden rows of a "
@@ -243,4 +328,4 @@ ATTENTION_BACKWARD = declare(
         "f32)")
 
 __all__ = ["ATTENTION", "ATTENTION_BACKWARD", "causal_hidden", "causal_mask", "lowest",
-           "misfit"]
+           "merge_np", "misfit", "split_np", "split_shape"]

@@ -107,6 +107,38 @@ def test_host_code_over_numpy(causal, offset, dtype):
                                            err_msg=f"{name}, shapes {i}: d{n}")
 
 
+@pytest.mark.parametrize("heads", [2, 3])
+def test_host_code_with_heads_over_numpy(heads):
+    """``heads``: q, k, v and g given as [B, L, H*D]; the gradients come back so."""
+    def merged(a):
+        return np.ascontiguousarray(np.swapaxes(a, -2, -3)).reshape(
+            a.shape[:-3] + (a.shape[-2], a.shape[-3] * a.shape[-1]))
+    rng = np.random.default_rng(heads)
+    g, q, k, v = (rng.normal(size=(2, heads) + s) for s in ((4, 2), (4, 5), (6, 5), (6, 2)))
+    _, p = ref_attention(q, k, v, 0.4, True, 1)
+    want = [merged(d) for d in ref_attention_backward(g, q, k, v, p, 0.4, True, 1)]
+    for name, rt in cpu_kernel_runtimes():
+        impl = A.attention_backward_impl(np, host_namespace(rt))
+        got = impl(*(merged(a) for a in (g, q, k, v)), p, scale=0.4, causal=True, offset=1,
+                   heads=heads)
+        for n, a, w in zip("qkv", got, want):
+            assert a.shape == w.shape and a.flags.c_contiguous, (name, n)
+            np.testing.assert_allclose(a, w, rtol=1e-12, atol=1e-12, err_msg=f"{name} d{n}")
+
+
+def test_heads_that_do_not_divide_are_refused():
+    dev = em.device("cpu")
+    t = lambda *s: em.tensor(np.zeros(s, np.float32), device=dev)  # noqa: E731
+    attrs = {"scale": 0.5, "causal": False, "offset": 0}
+    with pytest.raises(em.errors.ShapeError, match="with heads=4"):
+        apply(ATTENTION, (t(2, 3, 6), t(2, 5, 6), t(2, 5, 6)), {**attrs, "heads": 4})
+    with pytest.raises(em.errors.DTypeError, match="heads must be an int"):
+        apply(ATTENTION, (t(2, 3, 6), t(2, 5, 6), t(2, 5, 6)), {**attrs, "heads": -1})
+    with pytest.raises(em.errors.ShapeError, match="attention_backward: the weights"):
+        apply(ATTENTION_BACKWARD, (t(2, 3, 6), t(2, 3, 6), t(2, 5, 6), t(2, 5, 6),
+                                   t(2, 3, 5)), {**attrs, "heads": 2})
+
+
 def test_without_a_kernel_runtime_the_reference_runs():
     impl = A.attention_backward_impl(np, host_namespace(None))
     rng = np.random.default_rng(5)

@@ -136,6 +136,17 @@ def test_host_code_with_the_kernel_reenacted(monkeypatch, case, dtype):
     assert w.dtype == out.dtype == (np.float64 if dtype == "f64" else np.float32)
     launched = 0 not in w.shape
     assert len(FakeKernels.calls) == int(launched)
+    # the same heads given unsplit, [..., L, H*D] (``heads``): split and merged around it
+    if len(shapes[0]) >= 3:
+        def merged(a):
+            return np.ascontiguousarray(np.swapaxes(a, -2, -3)).reshape(
+                a.shape[:-3] + (a.shape[-2], a.shape[-3] * a.shape[-1]))
+        heads = shapes[0][-3]
+        mq, mk, mv = (merged(a) for a in (q, k, v))
+        out_h, w_h = fn(mq, mk, mv, scale=scale, causal=causal, offset=offset, heads=heads)
+        np.testing.assert_allclose(w_h.astype(np.float64), rw, atol=tol, rtol=tol)
+        np.testing.assert_allclose(out_h.astype(np.float64), merged(ro), atol=tol * 10,
+                                   rtol=tol * 10)
 
 
 # -- on a GPU -----------------------------------------------------------------------------

@@ -121,3 +121,55 @@ CASES += [
               [((2, 3, 2), (2, 3, 4), (2, 5, 4), (2, 5, 2), (2, 3, 5))],
               from_forward=False),
 ]
+
+
+# -- heads=H: q, k, v as [..., L, H*D], split into heads inside the op ---------------------
+def _split_ref(a, heads):
+    s = a.shape
+    return np.swapaxes(a.reshape(s[:-1] + (heads, s[-1] // heads)), -2, -3)
+
+
+def _merge_ref(a):
+    s = a.shape
+    return np.swapaxes(a, -2, -3).reshape(s[:-3] + (s[-2], s[-3] * s[-1]))
+
+
+def _heads_case(name, scale, causal, offset, heads, shapes):
+    def fn(q, k, v):
+        return P("attention", q, k, v, scale=scale, causal=causal, offset=offset,
+                 heads=heads)
+
+    def ref(q, k, v):
+        out, p = ref_attention(*(_split_ref(a, heads) for a in (q, k, v)), scale, causal,
+                               offset)
+        return _merge_ref(out), p
+    return Case(name, "attention", fn, ref, shapes)
+
+
+def _heads_bwd_case(name, scale, causal, offset, heads, shapes):
+    def fn(g, q, k, v):
+        p = P("attention", q, k, v, scale=scale, causal=causal, offset=offset,
+              heads=heads)[1]
+        return P("attention_backward", g, q, k, v, p, scale=scale, causal=causal,
+                 offset=offset, heads=heads)
+
+    def ref(g, q, k, v):
+        split = [_split_ref(a, heads) for a in (g, q, k, v)]
+        p = ref_attention(*split[1:], scale, causal, offset)[1]
+        return tuple(_merge_ref(d) for d in ref_attention_backward(*split, p, scale, causal,
+                                                                   offset))
+    return Case(name, "attention_backward", fn, ref, shapes, grad=False)
+
+
+CASES += [
+    # (q, k, v): [B, L, H*D]
+    _heads_case("attention_heads", 0.4, False, 0, 3,
+                [((2, 4, 6), (2, 5, 6), (2, 5, 9)), ((3, 6), (4, 6), (4, 3))]),
+    _heads_case("attention_heads_causal", 0.5, True, 0, 2, [((2, 5, 4), (2, 5, 4), (2, 5, 6))]),
+    _heads_case("attention_heads_hidden_rows", 0.6, True, -2, 2,
+                [((1, 4, 4), (1, 5, 4), (1, 5, 2))]),
+    _heads_bwd_case("attention_backward_heads", 0.45, True, 1, 3,
+                    [((2, 4, 6), (2, 4, 9), (2, 6, 9), (2, 6, 6))]),
+    _heads_bwd_case("attention_backward_heads_hidden_rows", 0.3, True, -1, 2,
+                    [((3, 2), (3, 4), (4, 4), (4, 2))]),
+]

@@ -181,14 +181,21 @@ def attention_impl(cp, xp):
     """``CUDA_IMPLS["attention"]``: the products on cuBLAS (``xp.matmul``) and the kernel
     above for f16 (as f32), f32 and f64; any other dtype runs the reference."""
     from ...ops.attention import _numpy as reference
+    from ...ops.attention import split_np
     kernels = _Kernels(cp, ATTN_SOURCE)
+    contiguous = getattr(xp, "ember_contiguous", None) or xp.ascontiguousarray
 
-    def attention(q, k, v, *, scale, causal, offset):
+    def attention(q, k, v, *, scale, causal, offset, heads=0):
         if q.dtype == _F16:           # computed in f32; the outputs are rounded to f16 once
             q, k, v = (a.astype(np.float32) for a in (q, k, v))   # (by `Cuda._runner`)
         kd = _KD.get(q.dtype)
         if kd is None or k.dtype != q.dtype or v.dtype != q.dtype:
-            return reference(q, k, v, scale=scale, causal=causal, offset=offset, xp=xp)
+            return reference(q, k, v, scale=scale, causal=causal, offset=offset, heads=heads,
+                             xp=xp)
+        if heads:                     # [..., L, H*D] as the views [..., H, L, D]
+            out, s = attention(*(split_np(a, heads, xp) for a in (q, k, v)), scale=scale,
+                               causal=causal, offset=offset)
+            return merge(out), s
         s = xp.matmul(q, k.swapaxes(-1, -2))         # C-contiguous [..., Lq, Lk]
         lq, lk = s.shape[-2], s.shape[-1]
         M = s.size // lk if lk else 0
@@ -197,6 +204,11 @@ def attention_impl(cp, xp):
             kernels.launch(f"ember_attn_{kd}_{suffix}", grid, block, (s,),
                            (M, lq, lk, int(offset), f64_bits(scale)), (int(bool(causal)),))
         return xp.matmul(s, v), s
+
+    def merge(a):
+        """``[..., H, L, D]`` as ``[..., L, H*D]``: one copy of ember's (`StridedCopy`)."""
+        sh = a.shape
+        return contiguous(a.swapaxes(-2, -3)).reshape(sh[:-3] + (sh[-2], sh[-3] * sh[-1]))
     return attention
 
 
@@ -227,8 +239,9 @@ def attention_backward_impl(cp, xp):
     as `softmax_backward_kernel` on the kernel runtime (``xp.ember_kernel_runtime()``), for
     f16 (as f32), f32 and f64; any other dtype, or no kernel runtime, runs the reference."""
     from ...ops.attention import _bwd_numpy as reference
+    from ...ops.attention import split_np
     runtime = getattr(xp, "ember_kernel_runtime", None)
-    contiguous = getattr(xp, "ember_contiguous", None) or cp.ascontiguousarray
+    contiguous = getattr(xp, "ember_contiguous", None) or xp.ascontiguousarray
     programs: dict = {}
 
     def softmax_backward(rt, dp, p, scale, causal, offset):
@@ -248,13 +261,22 @@ def attention_backward_impl(cp, xp):
         (ds,) = rt.launch(prog, (dp.reshape(groups, lq, lk), p), ())
         return ds.reshape(dp.shape)
 
-    def attention_backward(g, q, k, v, p, *, scale, causal, offset):
+    def merge(a):
+        sh = a.shape
+        return contiguous(a.swapaxes(-2, -3)).reshape(sh[:-3] + (sh[-2], sh[-3] * sh[-1]))
+
+    def attention_backward(g, q, k, v, p, *, scale, causal, offset, heads=0):
         if q.dtype == _F16:           # computed in f32; the outputs are rounded to f16 once
             g, q, k, v, p = (a.astype(np.float32) for a in (g, q, k, v, p))  # (`_runner`)
         rt = runtime() if runtime is not None else None
         if rt is None or _KD.get(q.dtype) is None or \
                 any(a.dtype != q.dtype for a in (g, k, v, p)):
-            return reference(g, q, k, v, p, scale=scale, causal=causal, offset=offset, xp=xp)
+            return reference(g, q, k, v, p, scale=scale, causal=causal, offset=offset,
+                             heads=heads, xp=xp)
+        if heads:                     # [..., L, H*D] as the views [..., H, L, D]
+            grads = attention_backward(*(split_np(a, heads, xp) for a in (g, q, k, v)), p,
+                                       scale=scale, causal=causal, offset=offset)
+            return tuple(merge(d) for d in grads)
         if g.ndim > 2 and layout(g.shape, g.strides, g.itemsize, g.shape[:-2]) is None:
             g = contiguous(g)         # (read by two products: copied once, not by each)
         dv = xp.matmul(p.swapaxes(-1, -2), g)

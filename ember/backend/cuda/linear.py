@@ -29,7 +29,7 @@ def linear_backward_impl(cp, xp):
     """``CUDA_IMPLS["linear_backward"]``."""
     from ...ops.linear import _bwd_numpy as reference
     runtime = getattr(xp, "ember_kernel_runtime", None)
-    contiguous = getattr(xp, "ember_contiguous", None) or cp.ascontiguousarray
+    contiguous = getattr(xp, "ember_contiguous", None) or xp.ascontiguousarray
     programs: dict = {}
 
     def rows_of(a, rows):
