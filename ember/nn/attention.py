@@ -243,8 +243,8 @@ class MultiHeadAttention(em.Module):
         if self._one_op(mask_pad, mask_attn, need_weights) and \
                 _fits_primitive(q, k, v, self.n_heads):
             # the common case as one op each way, the heads split and merged inside it
-            # (``heads``): the four view ops a head split and merge take each way stay out
-            # of the graph
+            # (``heads``): the eight view ops that splitting q, k, v and merging the output
+            # take each way stay out of the graph
             ctx = apply(ATTENTION, (q, k, v), {"scale": 1.0 / math.sqrt(self.d_k),
                                                "causal": bool(causal), "offset": int(offset),
                                                "heads": self.n_heads})[0]
