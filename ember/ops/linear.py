@@ -20,6 +20,8 @@ products accumulate in f32).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import AutodiffError, DTypeError, ShapeError
@@ -141,7 +143,7 @@ def _bwd_numpy(g, x, weight, *, need_x, has_bias, xp=np):
     out = []
     if need_x:
         out.append(_matmul_numpy(g, weight, tb=True, xp=xp))
-    rows = int(np.prod(x.shape[:-1], dtype=np.int64))
+    rows = math.prod(x.shape[:-1])
     g2 = g.reshape(rows, g.shape[-1])
     out.append(_matmul_numpy(x.reshape(rows, x.shape[-1]), g2, ta=True, xp=xp))
     if has_bias:

@@ -8,6 +8,8 @@ f16 is computed in f32 (outputs rounded once by `Cuda._runner`, which also bring
 f32); any other dtype, or no kernel runtime, runs the reference."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ... import dtype as dt
@@ -57,7 +59,7 @@ def linear_backward_impl(cp, xp):
                 weight.dtype != x.dtype:
             return reference(g, x, weight, need_x=need_x, has_bias=has_bias, xp=xp)
         out = [xp.matmul(g, weight.swapaxes(-1, -2))] if need_x else []
-        rows = int(np.prod(x.shape[:-1], dtype=np.int64))
+        rows = math.prod(x.shape[:-1])
         g2 = rows_of(g, rows)
         out.append(xp.matmul(rows_of(x, rows).swapaxes(-1, -2), g2))
         if has_bias:
