@@ -87,6 +87,9 @@ def test_copy_kernels_compile(tmp_path):
             k = copy_kernel(x.shape, _estrides(x), itemsize)
             c = compiler.build(render(k).source, default_arch())
             assert c.binary, name
+    # the GPT step's split heads, three at once: [32, 6, 256, 64] read from [32, 256, 384]
+    k = copy_kernel((32, 6, 256, 64), (98304, 64, 384, 1), 4, count=3)
+    assert compiler.build(render(k).source, default_arch()).binary
     assert copy_kernel((2, 3), (1, 2), 16) is None        # no integer of that width
 
 
@@ -108,6 +111,25 @@ class _Runtime:
     def launch(self, program, inputs, args=()):
         self.launched.append(program)
         return [o.view(_Dev) for o in evaluate(program, [np.asarray(i) for i in inputs])]
+
+
+def test_many_copies_arrays_of_one_layout_in_one_kernel():
+    """Attention's split heads: q, k, v of one layout, one launch (a kernel with three
+    outputs); an array of another layout its own; a contiguous one passes through."""
+    cp = type("cp", (), {"ascontiguousarray": staticmethod(lambda a: np.ascontiguousarray(a))})
+    rt = _Runtime()
+    copy = StridedCopy(cp, lambda: rt)
+    rng = np.random.default_rng(3)
+    heads = [np.swapaxes(rng.normal(size=(2, 5, 3, 4)).astype(np.float32), 1, 2).view(_Dev)
+             for _ in range(3)]
+    other = rng.normal(size=(4, 6)).astype(np.float32).T.view(_Dev)
+    plain = np.ones((3, 4), np.float32).view(_Dev)
+    out = copy.many(heads + [other, plain])
+    assert len(rt.launched) == 2 and len(rt.launched[0].exprs) == 3
+    for a, b in zip(out, heads + [other, plain]):
+        assert a.flags.c_contiguous and a.dtype == b.dtype
+        np.testing.assert_array_equal(a, np.ascontiguousarray(b))
+    assert out[-1] is plain
 
 
 def test_strided_copy_passes_contiguous_arrays_and_falls_back_to_cupy():

@@ -177,6 +177,13 @@ def plan(M, Lk):
     return "b0", 0, min(M, _GRID_CAP), STREAM_THREADS
 
 
+def copies(contiguous, arrays) -> list:
+    """C-contiguous copies of ``arrays``: one kernel for those of one layout where
+    ``contiguous`` is ember's `StridedCopy` (its ``many``), else one call each."""
+    many = getattr(contiguous, "many", None)
+    return many(arrays) if many is not None else [contiguous(a) for a in arrays]
+
+
 def attention_impl(cp, xp):
     """``CUDA_IMPLS["attention"]``: the products on cuBLAS (``xp.matmul``) and the kernel
     above for f16 (as f32), f32 and f64; any other dtype runs the reference."""
@@ -192,9 +199,9 @@ def attention_impl(cp, xp):
         if kd is None or k.dtype != q.dtype or v.dtype != q.dtype:
             return reference(q, k, v, scale=scale, causal=causal, offset=offset, heads=heads,
                              xp=xp)
-        if heads:                     # [..., L, H*D] as the views [..., H, L, D]
-            out, s = attention(*(split_np(a, heads, xp) for a in (q, k, v)), scale=scale,
-                               causal=causal, offset=offset)
+        if heads:    # [..., L, H*D] split to [..., H, L, D]: one copy kernel for all three
+            out, s = attention(*copies(contiguous, [split_np(a, heads, xp) for a in (q, k, v)]),
+                               scale=scale, causal=causal, offset=offset)
             return merge(out), s
         s = xp.matmul(q, k.swapaxes(-1, -2))         # C-contiguous [..., Lq, Lk]
         lq, lk = s.shape[-2], s.shape[-1]
@@ -273,9 +280,9 @@ def attention_backward_impl(cp, xp):
                 any(a.dtype != q.dtype for a in (g, k, v, p)):
             return reference(g, q, k, v, p, scale=scale, causal=causal, offset=offset,
                              heads=heads, xp=xp)
-        if heads:                     # [..., L, H*D] as the views [..., H, L, D]
-            grads = attention_backward(*(split_np(a, heads, xp) for a in (g, q, k, v)), p,
-                                       scale=scale, causal=causal, offset=offset)
+        if heads:    # [..., L, H*D] split to [..., H, L, D]: one copy kernel for all four
+            split = copies(contiguous, [split_np(a, heads, xp) for a in (g, q, k, v)])
+            grads = attention_backward(*split, p, scale=scale, causal=causal, offset=offset)
             return tuple(merge(d) for d in grads)
         if g.ndim > 2 and layout(g.shape, g.strides, g.itemsize, g.shape[:-2]) is None:
             g = contiguous(g)         # (read by two products: copied once, not by each)

@@ -27,15 +27,18 @@ _BITS = {1: (np.dtype(np.uint8), dt.uint8), 2: (np.dtype(np.int16), dt.int16),
          4: (np.dtype(np.int32), dt.int32), 8: (np.dtype(np.int64), dt.int64)}
 
 
-def copy_kernel(shape: tuple, strides: tuple, itemsize: int) -> ir.Elementwise | None:
-    """The kernel writing a C-contiguous copy of a buffer of ``shape`` and element
-    ``strides`` (elements ``itemsize`` bytes wide), or None for a width it cannot move."""
+def copy_kernel(shape: tuple, strides: tuple, itemsize: int,
+                count: int = 1) -> ir.Elementwise | None:
+    """The kernel writing C-contiguous copies of ``count`` buffers of one ``shape`` and
+    element ``strides`` (elements ``itemsize`` bytes wide; one output each), or None for a
+    width it cannot move."""
     bits = _BITS.get(itemsize)
     if bits is None:
         return None
     d = bits[1]
-    return ir.Elementwise(tuple(shape), (ir.BufferView(d, tuple(strides), 0),),
-                          (load_expr(0, d),), (d,))
+    view = ir.BufferView(d, tuple(strides), 0)
+    return ir.Elementwise(tuple(shape), (view,) * count,
+                          tuple(load_expr(i, d) for i in range(count)), (d,) * count)
 
 
 class StridedCopy:
@@ -49,32 +52,63 @@ class StridedCopy:
     def __init__(self, cp, runtime):
         self.cp = cp
         self._runtime = runtime
-        #: (shape, strides, dtype) -> program, or None (CuPy copies that layout)
+        #: (shape, strides, dtype, arrays) -> program, or None (CuPy copies that layout)
         self._programs: dict = {}
 
     def __call__(self, x):
         if x._c_contiguous:
             return x
-        key = (x.shape, x.strides, x.dtype)
-        prog = self._programs.get(key, False)
-        if prog is False:
-            prog = self._build(x)
-            if len(self._programs) >= self.MAX_PROGRAMS:
-                self._programs = {}
-            self._programs[key] = prog
+        prog = self._program(x, 1)
         if prog is None:
             return self.cp.ascontiguousarray(x)
         rt, program, bits = prog
         return rt.launch(program, (x.view(bits),))[0].view(x.dtype)
 
-    def _build(self, x):
+    def many(self, xs) -> list:
+        """``[copy(x) for x in xs]``, the arrays of one layout (shape, strides, dtype) that
+        need a copy copied by one kernel (attention's split heads: three arrays, one
+        launch)."""
+        out = list(xs)
+        groups: dict = {}
+        for i, x in enumerate(out):
+            if not x._c_contiguous:
+                groups.setdefault((x.shape, x.strides, x.dtype), []).append(i)
+        for idx in groups.values():
+            if len(idx) == 1:
+                out[idx[0]] = self(out[idx[0]])
+                continue
+            x = out[idx[0]]
+            prog = self._program(x, len(idx))
+            if prog is None:
+                for i in idx:
+                    out[i] = self.cp.ascontiguousarray(out[i])
+                continue
+            rt, program, bits = prog
+            copies = rt.launch(program, tuple(out[i].view(bits) for i in idx))
+            for i, c in zip(idx, copies):
+                out[i] = c.view(x.dtype)
+        return out
+
+    def _program(self, x, count):
+        """``(runtime, program, integer dtype)`` copying ``count`` arrays laid out as
+        ``x``, or None (CuPy copies)."""
+        key = (x.shape, x.strides, x.dtype, count)
+        prog = self._programs.get(key, False)
+        if prog is False:
+            prog = self._build(x, count)
+            if len(self._programs) >= self.MAX_PROGRAMS:
+                self._programs = {}
+            self._programs[key] = prog
+        return prog
+
+    def _build(self, x, count=1):
         if x.size == 0 or x.ndim == 0:
             return None
         item = x.itemsize
         if any(s % item for s in x.strides):
             return None
         rt = self._runtime()
-        k = copy_kernel(x.shape, tuple(s // item for s in x.strides), item)
+        k = copy_kernel(x.shape, tuple(s // item for s in x.strides), item, count)
         if rt is None or k is None:
             return None
         try:
