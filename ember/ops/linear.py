@@ -34,16 +34,36 @@ from .rules import numel, require_kind
 _OP, _BWD = "linear", "linear_backward"
 
 
+def misfit(op, x, weight, bias):
+    """Why Tensors ``x``, ``weight``, ``bias`` (or None) are not what ``op`` takes -- one
+    float dtype, x of at least 2 dims ending in ``in``, weight ``[in, out]``, bias ``[out]``
+    -- as the error to raise, or None."""
+    d = x._dtype
+    for t, what in ((x, "input x"), (weight, "weight"), (bias, "bias")):
+        if t is None:
+            continue
+        if t._dtype.kind != "float":
+            try:
+                require_kind(op, t._dtype, "float", f"the {what}")
+            except DTypeError as e:
+                return e
+        if t._dtype is not d:
+            return DTypeError(f"{op}: the {what} is {t._dtype.short}, the input x {d.short}; "
+                              f"they must share one float dtype")
+    xs, ws = x._shape, weight._shape
+    if len(ws) != 2 or len(xs) < 2 or xs[-1] != ws[0]:
+        return ShapeError(f"{op}: input x {xs} and weight {ws} must be [..., in] (at least 2 "
+                          f"dims) and [in, out]")
+    if bias is not None and bias._shape != (ws[1],):
+        return ShapeError(f"{op}: bias has shape {bias._shape}; weight {ws} needs "
+                          f"({ws[1]},)")
+    return None
+
+
 def fits(x, weight, bias) -> bool:
-    """Whether Tensors ``x``, ``weight``, ``bias`` (or None) are what the primitive takes:
-    one float dtype, x of at least 2 dims ending in ``in``, weight ``[in, out]``, bias
-    ``[out]``. (`ember.linear` runs the composite otherwise, which promotes and
-    broadcasts.)"""
-    d, ws, xs = x._dtype, weight._shape, x._shape
-    if d.kind != "float" or weight._dtype is not d or len(ws) != 2 or len(xs) < 2 or \
-            xs[-1] != ws[0]:
-        return False
-    return bias is None or (bias._dtype is d and bias._shape == (ws[1],))
+    """Whether the primitive takes these Tensors (`misfit`); `ember.linear` runs the
+    composite otherwise, which promotes and broadcasts."""
+    return misfit(_OP, x, weight, bias) is None
 
 
 def _check(op, x, weight, bias, has_bias):
@@ -53,20 +73,12 @@ def _check(op, x, weight, bias, has_bias):
     if (bias is not None) != has_bias:
         raise ShapeError(f"{op}: has_bias={has_bias} asks for {int(has_bias)} bias input"
                          f"{'' if has_bias else 's'}, got {int(bias is not None)}")
-    for t, what in ((x, "input x"), (weight, "weight")) + ((bias, "bias"),) * has_bias:
-        if not hasattr(t, "_shape"):
+    for t, what in ((x, "input x"), (weight, "weight"), (bias, "bias")):
+        if t is not None and not hasattr(t, "_shape"):
             raise DTypeError(f"{op}: expects a Tensor as the {what}, got {type(t).__name__}")
-        if t._dtype.kind != "float":
-            require_kind(op, t._dtype, "float", f"the {what}")
-        if t._dtype is not x._dtype:
-            raise DTypeError(f"{op}: the {what} is {t._dtype.short}, the input x "
-                             f"{x._dtype.short}; they must share one float dtype")
-    xs, ws = x._shape, weight._shape
-    if len(ws) != 2 or len(xs) < 2 or xs[-1] != ws[0]:
-        raise ShapeError(f"{op}: input x {xs} and weight {ws} must be [..., in] (at least 2 "
-                         f"dims) and [in, out]")
-    if has_bias and bias._shape != (ws[1],):
-        raise ShapeError(f"{op}: bias has shape {bias._shape}; weight {ws} needs ({ws[1]},)")
+    err = misfit(op, x, weight, bias)
+    if err is not None:
+        raise err
 
 
 def _infer(x, weight, *bias, has_bias):
@@ -170,4 +182,4 @@ LINEAR_BACKWARD = declare(
     doc="a linear layer's gradients from g (the output's): [dx = g @ weight^T if need_x], "
         "dweight = x^T g over all rows, [dbias = sum(g) over the leading dims if has_bias]")
 
-__all__ = ["LINEAR", "LINEAR_BACKWARD", "fits"]
+__all__ = ["LINEAR", "LINEAR_BACKWARD", "fits", "misfit"]

@@ -39,7 +39,7 @@ import numpy as np
 from ... import dtype as dt
 from ...kernel import ir
 from .matmul import layout
-from .ops import _GRID_CAP, _KERNEL_HELPERS, _Kernels, f64_bits
+from .ops import _GRID_CAP, _KERNEL_HELPERS, _Kernels, contiguous_of, f64_bits
 
 ATTN_SOURCE = _KERNEL_HELPERS + r"""
 template <typename F> __device__ __forceinline__ F ember_attn_lowest();
@@ -184,13 +184,25 @@ def copies(contiguous, arrays) -> list:
     return many(arrays) if many is not None else [contiguous(a) for a in arrays]
 
 
+def split_heads(contiguous, arrays, heads, xp) -> list:
+    """Arrays ``[..., L, H*D]`` as C-contiguous ``[..., H, L, D]`` (cuBLAS takes one batch
+    stride: the split views are copied, one kernel for those of one layout)."""
+    from ...ops.attention import split_np
+    return copies(contiguous, [split_np(a, heads, xp) for a in arrays])
+
+
+def merge_heads(contiguous, a):
+    """``[..., H, L, D]`` as ``[..., L, H*D]``: one copy (`StridedCopy`)."""
+    sh = a.shape
+    return contiguous(a.swapaxes(-2, -3)).reshape(sh[:-3] + (sh[-2], sh[-3] * sh[-1]))
+
+
 def attention_impl(cp, xp):
     """``CUDA_IMPLS["attention"]``: the products on cuBLAS (``xp.matmul``) and the kernel
     above for f16 (as f32), f32 and f64; any other dtype runs the reference."""
     from ...ops.attention import _numpy as reference
-    from ...ops.attention import split_np
     kernels = _Kernels(cp, ATTN_SOURCE)
-    contiguous = getattr(xp, "ember_contiguous", None) or xp.ascontiguousarray
+    contiguous = contiguous_of(xp)
 
     def attention(q, k, v, *, scale, causal, offset, heads=0):
         if q.dtype == _F16:           # computed in f32; the outputs are rounded to f16 once
@@ -199,10 +211,10 @@ def attention_impl(cp, xp):
         if kd is None or k.dtype != q.dtype or v.dtype != q.dtype:
             return reference(q, k, v, scale=scale, causal=causal, offset=offset, heads=heads,
                              xp=xp)
-        if heads:    # [..., L, H*D] split to [..., H, L, D]: one copy kernel for all three
-            out, s = attention(*copies(contiguous, [split_np(a, heads, xp) for a in (q, k, v)]),
-                               scale=scale, causal=causal, offset=offset)
-            return merge(out), s
+        if heads:
+            out, s = attention(*split_heads(contiguous, (q, k, v), heads, xp), scale=scale,
+                               causal=causal, offset=offset)
+            return merge_heads(contiguous, out), s
         s = xp.matmul(q, k.swapaxes(-1, -2))         # C-contiguous [..., Lq, Lk]
         lq, lk = s.shape[-2], s.shape[-1]
         M = s.size // lk if lk else 0
@@ -211,11 +223,6 @@ def attention_impl(cp, xp):
             kernels.launch(f"ember_attn_{kd}_{suffix}", grid, block, (s,),
                            (M, lq, lk, int(offset), f64_bits(scale)), (int(bool(causal)),))
         return xp.matmul(s, v), s
-
-    def merge(a):
-        """``[..., H, L, D]`` as ``[..., L, H*D]``: one copy of ember's (`StridedCopy`)."""
-        sh = a.shape
-        return contiguous(a.swapaxes(-2, -3)).reshape(sh[:-3] + (sh[-2], sh[-3] * sh[-1]))
     return attention
 
 
@@ -246,9 +253,8 @@ def attention_backward_impl(cp, xp):
     as `softmax_backward_kernel` on the kernel runtime (``xp.ember_kernel_runtime()``), for
     f16 (as f32), f32 and f64; any other dtype, or no kernel runtime, runs the reference."""
     from ...ops.attention import _bwd_numpy as reference
-    from ...ops.attention import split_np
     runtime = getattr(xp, "ember_kernel_runtime", None)
-    contiguous = getattr(xp, "ember_contiguous", None) or xp.ascontiguousarray
+    contiguous = contiguous_of(xp)
     programs: dict = {}
 
     def softmax_backward(rt, dp, p, scale, causal, offset):
@@ -268,10 +274,6 @@ def attention_backward_impl(cp, xp):
         (ds,) = rt.launch(prog, (dp.reshape(groups, lq, lk), p), ())
         return ds.reshape(dp.shape)
 
-    def merge(a):
-        sh = a.shape
-        return contiguous(a.swapaxes(-2, -3)).reshape(sh[:-3] + (sh[-2], sh[-3] * sh[-1]))
-
     def attention_backward(g, q, k, v, p, *, scale, causal, offset, heads=0):
         if q.dtype == _F16:           # computed in f32; the outputs are rounded to f16 once
             g, q, k, v, p = (a.astype(np.float32) for a in (g, q, k, v, p))  # (`_runner`)
@@ -280,10 +282,10 @@ def attention_backward_impl(cp, xp):
                 any(a.dtype != q.dtype for a in (g, k, v, p)):
             return reference(g, q, k, v, p, scale=scale, causal=causal, offset=offset,
                              heads=heads, xp=xp)
-        if heads:    # [..., L, H*D] split to [..., H, L, D]: one copy kernel for all four
-            split = copies(contiguous, [split_np(a, heads, xp) for a in (g, q, k, v)])
-            grads = attention_backward(*split, p, scale=scale, causal=causal, offset=offset)
-            return tuple(merge(d) for d in grads)
+        if heads:
+            grads = attention_backward(*split_heads(contiguous, (g, q, k, v), heads, xp), p,
+                                       scale=scale, causal=causal, offset=offset)
+            return tuple(merge_heads(contiguous, d) for d in grads)
         if g.ndim > 2 and layout(g.shape, g.strides, g.itemsize, g.shape[:-2]) is None:
             g = contiguous(g)         # (read by two products: copied once, not by each)
         dv = xp.matmul(p.swapaxes(-1, -2), g)

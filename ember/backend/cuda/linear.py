@@ -14,6 +14,7 @@ import numpy as np
 
 from ... import dtype as dt
 from ...kernel import ir
+from .ops import contiguous_of
 
 _IR_DT = {np.dtype(np.float32): dt.float32, np.dtype(np.float64): dt.float64}
 _F16 = np.dtype(np.float16)
@@ -31,7 +32,7 @@ def linear_backward_impl(cp, xp):
     """``CUDA_IMPLS["linear_backward"]``."""
     from ...ops.linear import _bwd_numpy as reference
     runtime = getattr(xp, "ember_kernel_runtime", None)
-    contiguous = getattr(xp, "ember_contiguous", None) or xp.ascontiguousarray
+    contiguous = contiguous_of(xp)
     programs: dict = {}
 
     def rows_of(a, rows):

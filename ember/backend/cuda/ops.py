@@ -83,11 +83,17 @@ def _matmul_impl(cp, xp):
     return xp.matmul
 
 
+def contiguous_of(xp):
+    """``copy(x)``: a C-contiguous copy where ``x`` needs one -- the backend's `StridedCopy`
+    given in its namespace (``xp.ember_contiguous``), else the namespace's own."""
+    return getattr(xp, "ember_contiguous", None) or xp.ascontiguousarray
+
+
 def _reshape_impl(cp, xp):
     """reshape: a view where NumPy's rule allows one, else a copy made by
     `copy.StridedCopy` (CuPy's own is several times slower on a strided layout), reshaped."""
     from .copy import reshape_strides
-    contiguous = getattr(xp, "ember_contiguous", None) or cp.ascontiguousarray
+    contiguous = contiguous_of(xp)
     views: dict = {}                   # (layout, new shape) -> whether a view does
 
     def reshape(x, shape):

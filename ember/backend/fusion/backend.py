@@ -532,9 +532,7 @@ class Fusion(Backend):
 
     def _split(self, prims, attrs, meta, device):
         """A `linear.OPS` op as the primitives it stands for, on this backend's op path."""
-        execute = self.execute
-        return _linear.run(lambda op, p, a, m: execute(op, p, a, m, device), prims, attrs,
-                           meta)
+        return _linear.run(self.execute, prims, attrs, meta, device)
 
     def _decomposed(self, op, prims, attrs, device):
         """Run ``op`` as ``op.decompose``: Tensor ops on this device, which record and fuse

@@ -17,10 +17,10 @@ _MATMUL, _ADD = _REGISTRY["matmul"], _REGISTRY["add"]
 _EMPTY: dict = {}
 
 
-def run(execute, prims, attrs, meta):
-    """``linear``'s output through ``execute(op, prims, attrs, meta)`` (the Fusion backend's
-    op path, on the same device)."""
-    out = execute(_MATMUL, (prims[0], prims[1]), _EMPTY, meta)
+def run(execute, prims, attrs, meta, device):
+    """``linear``'s output through ``execute(op, prims, attrs, meta, device)`` (the Fusion
+    backend's op path)."""
+    out = execute(_MATMUL, (prims[0], prims[1]), _EMPTY, meta, device)
     if attrs["has_bias"]:
-        out = execute(_ADD, (out, prims[2]), _EMPTY, meta)
+        out = execute(_ADD, (out, prims[2]), _EMPTY, meta, device)
     return out

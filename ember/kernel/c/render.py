@@ -29,8 +29,8 @@ Loop structure
   where a long axis has too few lane blocks to share out (a bias gradient's ``[B*T, D]``
   summed over rows): segments of `COL_SPLIT_SEG` rows, each item keeping the full lanes (on
   2 cores, ``[8192, 384]`` f32 155-165 -> 93-104 us, BENCHMARKS.md; narrowing the lanes to
-  make items had each item read a 64-byte strip of every 1.5 KB row). A ``broadcast=True`` reduction
-  (softmax, layer norm) reduces each row, then sweeps it again writing the epilogue at every
+  make items had each item read a 64-byte strip of every 1.5 KB row). A ``broadcast=True``
+  reduction (softmax, layer norm) reduces each row, then sweeps it again writing the epilogue at every
   position (in split mode the sweep is parallel over the segments too). In column mode the
   epilogue's parts that do not change along the reduced axis (``rsqrt(var + eps)``) are
   computed once per lane, and an output contiguous along the reduced axis (layer norm after
@@ -1076,6 +1076,27 @@ def _render_reduce(k: ir.Reduce, gen: _Gen, I: str) -> tuple:
                 if cstrides[b][-1] != 0:
                     src(f"o{b} += i{D - 1} * {cstrides[b][-1]};")
 
+        def stack_push(lanes, count):
+            """Push the lane array ``lanes`` onto the binary-counter stack ``st_``, first
+            combining it with the entries it completes (``count``: blocks so far, this one
+            included)."""
+            src.open(f"for (int64_t c_ = {count}; (c_ & 1) == 0; c_ >>= 1)")
+            src("--top_;")
+            src(f"for ({I} j = 0; j < {W}; j++) {lanes}[j] = "
+                f"{comb('st_[top_][j]', lanes + '[j]')};")
+            src.close()
+            src(f"for ({I} j = 0; j < {W}; j++) st_[top_][j] = {lanes}[j];")
+            src("top_++;")
+
+        def stack_drain():
+            """``acc``: the stack's entries (at least one) combined, oldest first."""
+            src("--top_;")
+            src(f"for ({I} j = 0; j < {W}; j++) acc[j] = st_[top_][j];")
+            src.open("while (top_ > 0)")
+            src("--top_;")
+            src(f"for ({I} j = 0; j < {W}; j++) acc[j] = {comb('st_[top_][j]', 'acc[j]')};")
+            src.close()
+
         def col_reduce(kb, ke, rows):
             """``acc[W]``: the lanes reduced over rows [kb, ke) (``rows`` at most): pairwise
             sums in blocks of ROW_BLOCK rows combined by a binary-counter stack (blocks
@@ -1097,23 +1118,13 @@ def _render_reduce(k: ir.Reduce, gen: _Gen, I: str) -> tuple:
                 src.close()
                 src.close()
                 src("nblk_++;")
-                src.open("for (int64_t c_ = nblk_; (c_ & 1) == 0; c_ >>= 1)")
-                src("--top_;")
-                src(f"for ({I} j = 0; j < {W}; j++) blk[j] = {comb('st_[top_][j]', 'blk[j]')};")
-                src.close()
-                src(f"for ({I} j = 0; j < {W}; j++) st_[top_][j] = blk[j];")
-                src("top_++;")
+                stack_push("blk", "nblk_")
                 src.close()
                 src.open("if (top_ == 0)")
                 src(f"for ({I} j = 0; j < {W}; j++) acc[j] = {_DIALECT.float_lit(0.0, AD)};")
                 src.close()
                 src.open("else")
-                src("--top_;")
-                src(f"for ({I} j = 0; j < {W}; j++) acc[j] = st_[top_][j];")
-                src.open("while (top_ > 0)")
-                src("--top_;")
-                src(f"for ({I} j = 0; j < {W}; j++) acc[j] = {comb('st_[top_][j]', 'acc[j]')};")
-                src.close()
+                stack_drain()
                 src.close()
             else:
                 src(f"for ({I} j = 0; j < {W}; j++) acc[j] = {ident};")
@@ -1164,19 +1175,9 @@ def _render_reduce(k: ir.Reduce, gen: _Gen, I: str) -> tuple:
                 src.open(f"for ({I} sg = 0; sg < NS; sg++)")
                 src(f"{ACC} s_[{W}];")
                 src(f"for ({I} j = 0; j < {W}; j++) s_[j] = pq_[sg * {W} + j];")
-                src.open("for (int64_t c_ = (int64_t)sg + 1; (c_ & 1) == 0; c_ >>= 1)")
-                src("--top_;")
-                src(f"for ({I} j = 0; j < {W}; j++) s_[j] = {comb('st_[top_][j]', 's_[j]')};")
+                stack_push("s_", "(int64_t)sg + 1")
                 src.close()
-                src(f"for ({I} j = 0; j < {W}; j++) st_[top_][j] = s_[j];")
-                src("top_++;")
-                src.close()
-                src("--top_;")
-                src(f"for ({I} j = 0; j < {W}; j++) acc[j] = st_[top_][j];")
-                src.open("while (top_ > 0)")
-                src("--top_;")
-                src(f"for ({I} j = 0; j < {W}; j++) acc[j] = {comb('st_[top_][j]', 'acc[j]')};")
-                src.close()
+                stack_drain()
             else:
                 src(f"for ({I} j = 0; j < {W}; j++) acc[j] = pq_[j];")
                 src(f"for ({I} sg = 1; sg < NS; sg++) for ({I} j = 0; j < {W}; j++) "
