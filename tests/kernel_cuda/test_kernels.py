@@ -153,8 +153,9 @@ def ew_cases():
                                        + ir.cast(ir.Index(2), dt.f32),), (dt.f32,))
     cases.append(("chunks vec 8 Index", k, [], [], CudaVariant(vec=8, block=32)))
 
-    # f32 division by a kernel constant (an Arg, a Const; multiply by the reciprocal in
-    # f64): the division's bits, specials and a subnormal midpoint (3 * 2^-149 / 6) included
+    # f32 division by a kernel constant (an Arg, a Const; a multiply by the reciprocal and
+    # a correction where the divisor and x are in range, else the division): the
+    # division's bits, specials and a subnormal midpoint (3 * 2^-149 / 6) included
     sp = np.float32([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 3 * 2.0 ** -149,
                      1.1754942e-38, 1.1754944e-38, 3.4028235e38, -3.4028235e38, 1.0, 6.0, 7.0])
     dx = np.concatenate([sp, floats(4001), floats(3000) * np.float32(1e-37),
@@ -167,7 +168,8 @@ def ew_cases():
                         ir.Load(0, dt.f32) / ir.Const(1e-30, dt.f32),
                         ir.Load(0, dt.f32) / ir.Const(0.0, dt.f32)), (dt.f32,) * 4,
                        (dt.f32,))
-    for c in (math.sqrt(2.0), 6.0, 3e-39, -1e30, 0.0, math.inf, math.nan):
+    for c in (math.sqrt(2.0), 6.0, -2.5, float.fromhex("0x1.fffffep0"), 2.0 ** -20,
+              2.0 ** 20, 2.0 ** 21, 3e-39, -1e30, 0.0, math.inf, math.nan):
         cases.append((f"division by a constant ({c})", k, [dx], [c], None))
     k = ir.Elementwise((4099,), (ir.BufferView(dt.f16, (1,)),),
                        (ir.Load(0, dt.f16) / ir.Arg(0, dt.f16),), (dt.f16,), (dt.f16,))

@@ -284,41 +284,53 @@ def _storage(d: dt.DType) -> str:
 
 def _const_divisor(e) -> bool:
     """Whether ``e`` is an f32 division by a kernel constant (an `ir.Arg` or `ir.Const`):
-    those run as a multiply by the divisor's reciprocal in f64 (`_DIVK`)."""
+    those run as a multiply by the divisor's reciprocal and one correction (`_DIVM`)."""
     return (isinstance(e, ir.Binary) and e.op == "div" and _cd(e.dtype) is dt.float32
             and isinstance(e.b, (ir.Arg, ir.Const)) and _cd(e.b.dtype) is dt.float32)
 
 
+#: the divisors `_DIVM` serves: |c| in [2^-20, 2^20] (others take the division)
+DIVM_RANGE = (2.0 ** -20, 2.0 ** 20)
+
 # x / c for a divisor c that is the same for every element (a scalar Arg or a constant),
-# given r = 1 / (double)c rounded to nearest (once per thread): the same bits as the IEEE
-# division x / c, at the cost of two conversions and a multiply instead of the division's
-# reciprocal, Newton steps, range check and branch. Why it is exact: x = X 2^a, c = C 2^b
-# (|X|, |C| < 2^24) and a rounding boundary of f32 (a midpoint m = M 2^e, M odd, of two
-# floats) is never x / c itself when m is a normal number (x = m c would need the odd
-# number M C' < 2^24, C' the odd part of C, but M > 2^24), and |x - m c| >= 2^min(a, e + b)
-# puts x / c at a relative distance above 2^-49 from m, while (double)x * r is within
-# 2^-52 of x / c: both round to the same float (overflow to infinity included, its
-# threshold is a midpoint too). A subnormal midpoint can equal x / c (c = 6,
-# x = 3 * 2^-149), so nonzero results below 2^-126 take the division (never with normal
-# data); zeros, infinities and NaNs of x and c come out of the double arithmetic as the
-# division's (signs included). Checked against the division over all 2^32 x for 523
-# divisors on an H200.
-_DIVQ = ("EMBER_D float ember_divq(float x, double r) { return (float)((double)x * r); }\n"
-         "EMBER_D bool ember_divq_redo(float q, float x) "
-         "{ return fabsf(q) < 0x1p-126f && x != 0.0f; }")
-_DIVK = ("EMBER_D float ember_divk(float x, float c, double r) {\n"
-         "  float q = ember_divq(x, r);\n"
-         "  if (ember_divq_redo(q, x)) q = x / c;\n"
-         "  return q;\n"
+# given y = 1 / c rounded to f32 (once per thread): the same bits as the IEEE division,
+# in a multiply and two FMAs instead of the division's reciprocal, Newton steps, range
+# check and branch, all in f32 (an f64 multiply by 1 / (double)c, exact as well, costs two
+# conversions that run at 1/8 of the f32 rate and left a custom GELU short of the copy
+# bandwidth). Markstein's correction: q0 = x * y is within an ulp of x / c, so the
+# remainder x - q0 * c is exact in one FMA and q0 + remainder * y rounded once is x / c
+# rounded to nearest -- where nothing under- or overflows, which |c| in `DIVM_RANGE` and
+# |x| in [2^-100, 2^100] (`ember_divm_redo` checks x's bits) guarantee; zeros come out of
+# it with the sign of q0 (the correction's own sign of a zero can differ). Elsewhere
+# (x subnormal, huge, infinite or NaN; c out of range) the caller divides. Checked against
+# the division over all 2^32 x for 56 divisors on the CPU's FMA (tests: the same helpers
+# on a GPU, tests/kernel_cuda/test_division.py).
+_DIVM = ("EMBER_D float ember_divm(float x, float c, float y) {\n"
+         "  const float q0 = x * y;\n"
+         "  const float q = fmaf(fmaf(-q0, c, x), y, q0);\n"
+         "  return __uint_as_float((__float_as_uint(q) & 0x7fffffffu) |"
+         " (__float_as_uint(q0) & 0x80000000u));\n"
+         "}\n"
+         "EMBER_D bool ember_divm_redo(float x, bool c_ok) {\n"
+         "  const uint32_t u = __float_as_uint(x) & 0x7fffffffu;\n"
+         "  return !c_ok || (u - 0x0d800000u > 0x64000000u && u != 0u);\n"
          "}")
+_DIVK = ("EMBER_D float ember_divk(float x, float c, float y, bool c_ok) {\n"
+         "  return ember_divm_redo(x, c_ok) ? x / c : ember_divm(x, c, y);\n"
+         "}")
+
+
+def divm_ok(c: float) -> bool:
+    """Whether `_DIVM` serves the f32 divisor ``c`` (NaN: no)."""
+    return DIVM_RANGE[0] <= abs(float(np.float32(c))) <= DIVM_RANGE[1]
 
 
 class _Scope(ScopeBase):
     """Emits CUDA C statements evaluating expressions at one position (see `ScopeBase`).
 
     An f32 division by a kernel constant (`_const_divisor`) gives the division's bits in
-    one of three ways (``div``): ``"k"`` `ember_divk` (the multiply, and the division where
-    the multiply cannot tell); ``"q"`` the multiply alone, or-ing into ``ember_redo``
+    one of three ways (``div``): ``"k"`` `ember_divk` (the multiply and its correction, or
+    the division where they cannot tell); ``"q"`` the multiply alone, or-ing into ``ember_redo``
     whether the division must be redone (the caller then evaluates the expressions again
     with ``"x"``, the plain division): no branch among the expressions, so the compiler
     interleaves the elements of a vector; ``"x"``."""
@@ -338,19 +350,20 @@ class _Scope(ScopeBase):
         if _cd(e.a.dtype) is not dt.float32:
             raise TypeError(f"render: binary div of {_cd(e.a.dtype).short} and f32 operands "
                             f"(operands share a dtype; add a Cast)")
-        self.g.helpers.setdefault("ember_divq", _DIVQ)
         x, c = self.memo[id(e.a)], self.memo[id(e.b)]
         if isinstance(e.b, ir.Arg):
-            r = f"argr{e.b.index}"
+            y, ok = f"argy{e.b.index}", f"argok{e.b.index}"
         else:
-            with np.errstate(divide="ignore"):
-                rv = np.float64(1.0) / np.float64(np.float32(e.b.value))
-            r = self.dialect.float_lit(float(rv), dt.float64)
+            if not divm_ok(e.b.value):
+                return super()._node(e)
+            yv = np.float32(1.0) / np.float32(e.b.value)
+            y, ok = self.dialect.float_lit(float(yv), dt.float32), "true"
+        self.g.helpers.setdefault("ember_divm", _DIVM)
         if self.div == "k":
             self.g.helpers.setdefault("ember_divk", _DIVK)
-            return self._bind(f"ember_divk({x}, {c}, {r})", e.dtype)
-        q = self._bind(f"ember_divq({x}, {r})", e.dtype)
-        self.lines.append(f"ember_redo |= ember_divq_redo({q}, {x});")
+            return self._bind(f"ember_divk({x}, {c}, {y}, {ok})", e.dtype)
+        q = self._bind(f"ember_divm({x}, {c}, {y})", e.dtype)
+        self.lines.append(f"ember_redo |= ember_divm_redo({x}, {ok});")
         self.redo = True
         return q
 
@@ -408,7 +421,10 @@ def _arg_decls(k) -> list:
         if ad.is_float:
             out.append(f"const {C_TYPE[ad]} arg{i} = ({C_TYPE[ad]})arg{i}_;")
             if i in divs and ad is dt.float32:
-                out.append(f"const double argr{i} = 1.0 / (double)arg{i};")
+                out.append(f"const float argy{i} = 1.0f / arg{i};")
+                lo, hi = (f"{float.hex(b)}f" for b in DIVM_RANGE)
+                out.append(f"const bool argok{i} = fabsf(arg{i}) >= {lo} && "
+                           f"fabsf(arg{i}) <= {hi};")
         elif ad.is_bool:
             out.append(f"const uint8_t arg{i} = (uint8_t)(arg{i}_ != 0);")
         else:
