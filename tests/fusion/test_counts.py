@@ -137,6 +137,33 @@ def test_live_intermediates_share_one_multi_output_kernel(dev):
     assert_close(z, np.exp(a.astype(np.float64) * 3) - 1, rtol=2e-6)
 
 
+def test_reshape_of_a_live_result_is_a_view_not_a_kernel(dev):
+    """Logits kept for the caller and reshaped for the loss: one kernel writes them, the
+    reshape is the inner backend's view of that buffer (one inner op, no copy kernel). A
+    reshape of a transposed tensor still copies, in a kernel."""
+    a = np.random.default_rng(8).normal(size=(2, 3, 5)).astype(np.float32)
+    b = np.random.default_rng(9).normal(size=(5,)).astype(np.float32)
+    x, bias = em.tensor(a, device=dev), em.tensor(b, device=dev)
+
+    def logits_and_rows():
+        out = x + bias
+        return out, out.reshape(6, 5)
+
+    (out, rows), st = counted(logits_and_rows)
+    assert st["kernels"] == 1 and st["inner_ops"] == 1, st
+    assert_close(out, a + b)
+    assert_close(rows, (a + b).reshape(6, 5))
+
+    def kept_and_transposed():
+        y = x * 2.0
+        return y, y.swap_dims(0, 2).reshape(5, 6)
+
+    (y, got), st = counted(kept_and_transposed)
+    assert st["inner_ops"] == 0, st
+    assert_close(y, a * 2.0)
+    assert_close(got, (a * 2.0).transpose(2, 1, 0).reshape(5, 6))
+
+
 def test_plan_cache_replays_a_repeated_step(dev):
     rng = np.random.default_rng(7)
 
