@@ -17,8 +17,8 @@ How nodes are grouped:
   elementwise kernel (levels keep a kernel from reading what it writes);
 * a reshape that cannot be folded (the linear index would carry between dims) materializes
   its input; an op whose expression cannot be built runs on the inner backend;
-* a reshape target of another target (or of a row-major external buffer) runs on the inner
-  backend too: a view of that buffer, where a kernel would copy it (`Planner._aliases`).
+* a reshape target of another target runs on the inner backend too: a view of that
+  target's buffer, where a kernel would copy it (`Planner._aliases`).
 
 Planning retries with more materialized nodes until it succeeds; every retry only adds
 materialized nodes, so it ends.
@@ -144,26 +144,16 @@ class Planner:
         self.fallback = self._aliases()
 
     def _aliases(self) -> set:
-        """Reshape targets of a buffer that is contiguous anyway (another target's, or an
-        external one laid out row-major): the inner backend's reshape is a view of it, where
-        a kernel would copy every element (the logits ``[batch, seq, vocab]`` kept for the
-        caller and reshaped to ``[batch * seq, vocab]`` for the loss: a pass over the
-        largest tensor of a language model's step)."""
+        """Reshape targets of another target: that target's buffer is contiguous, so the
+        inner backend's reshape is a view of it, where a kernel would copy every element
+        (the logits ``[batch, seq, vocab]`` kept for the caller and reshaped to
+        ``[batch * seq, vocab]`` for the loss: a pass over the largest tensor of a language
+        model's step). (A reshape of a materialized row-major tensor never reaches the
+        planner: Fusion views it when it is issued.)"""
         targets = set(self.targets)
-        out = set()
-        for t in self.targets:
-            n = self.nodes[t]
-            if n.kind != VIEW or n.op.name != "reshape":
-                continue
-            x = n.ins[0]
-            if type(x) is int:
-                if x in targets and self.nodes[x].kind != VIEW:
-                    out.add(t)
-            else:
-                shape, _, strides = self.exts[x[1]]
-                if tuple(strides) == tuple(L.contiguous_strides(shape)):
-                    out.add(t)
-        return out
+        return {t for t in self.targets
+                if self.nodes[t].kind == VIEW and self.nodes[t].op.name == "reshape"
+                and type(self.nodes[t].ins[0]) is int and self.nodes[t].ins[0] in targets}
 
     # -- shapes and dtypes of refs ---------------------------------------------------------
     def shape_of(self, ref):

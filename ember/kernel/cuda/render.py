@@ -330,10 +330,10 @@ class _Scope(ScopeBase):
 
     An f32 division by a kernel constant (`_const_divisor`) gives the division's bits in
     one of three ways (``div``): ``"k"`` `ember_divk` (the multiply and its correction, or
-    the division where they cannot tell); ``"q"`` the multiply alone, or-ing into ``ember_redo``
-    whether the division must be redone (the caller then evaluates the expressions again
-    with ``"x"``, the plain division): no branch among the expressions, so the compiler
-    interleaves the elements of a vector; ``"x"``."""
+    the division where they do not serve); ``"q"`` the multiply and correction alone,
+    or-ing into ``ember_redo`` whether the division must be redone (the caller then
+    evaluates the expressions again with ``"x"``, the plain division): no branch among the
+    expressions, so the compiler interleaves the elements of a vector; ``"x"``."""
 
     dialect = _DIALECT
     load_code = staticmethod(_load_code)
