@@ -618,6 +618,42 @@ __device__ __forceinline__ typename ember_ct<T>::type ember_row_lse(
   return ember_log(s) + m;
 }
 
+// The same with the group's share of the row held in registers, ``v[i]`` the value at
+// ``j = lane + i * G`` (-inf past the row): one read of the row where the loops above read
+// it twice (and the backward pass a third time), the loads all issued before the first is
+// used. The same operations in the same order as `ember_row_lse`: the same bits. For rows of
+// at most ``K * G`` classes (`ember_ce_cached`; the launch sizes G to that up to 16 * 1024).
+template <typename F> struct ember_ce_k { enum { value = 16 }; };
+template <> struct ember_ce_k<double> { enum { value = 8 }; };
+
+template <typename T, bool BLOCK>
+__device__ __forceinline__ typename ember_ct<T>::type ember_row_lse_cached(
+    const T* xr, ember_i64 C, ember_i64 sxc, ember_i64 lane, ember_i64 G, double* sh,
+    typename ember_ct<T>::type* v) {
+  typedef typename ember_ct<T>::type F;
+  enum { K = ember_ce_k<F>::value };
+#pragma unroll
+  for (int i = 0; i < K; ++i) {
+    const ember_i64 j = lane + (ember_i64)i * G;
+    v[i] = j < C ? (F)ember_f(xr[j * sxc]) : ember_neg_inf<F>();
+  }
+  F m = ember_neg_inf<F>();
+#pragma unroll
+  for (int i = 0; i < K; ++i) m = ember_nanmax(m, v[i]);
+  m = BLOCK ? ember_block_max(m, sh) : ember_warp_max(m);
+  if (!(m - m == (F)0)) m = (F)0;
+  F s = (F)0;
+#pragma unroll
+  for (int i = 0; i < K; ++i)
+    if (lane + (ember_i64)i * G < C) s += ember_exp(v[i] - m);
+  s = BLOCK ? ember_block_sum(s, sh) : ember_warp_sum(s);
+  return ember_log(s) + m;
+}
+
+template <typename F> __device__ __forceinline__ bool ember_ce_cached(ember_i64 C, ember_i64 G) {
+  return C <= (ember_i64)ember_ce_k<F>::value * G;
+}
+
 // the class of a row: targets wrap around C as CuPy's integer-array indexing does
 __device__ __forceinline__ ember_i64 ember_wrap(ember_i64 t, ember_i64 C) {
   ember_i64 k = t % C;
@@ -645,7 +681,10 @@ __device__ __forceinline__ void ember_ce_fwd(
   EMBER_ROWS(BLOCK)
   for (; r < M; r += step) {                 // (uniform over each warp / block)
     const T* xr = x + r * sxr;
-    const F lse = ember_row_lse<T, BLOCK>(xr, C, sxc, lane, G, sh);
+    F v[ember_ce_k<F>::value];
+    const F lse = ember_ce_cached<F>(C, G) ?
+        ember_row_lse_cached<T, BLOCK>(xr, C, sxc, lane, G, sh, v) :
+        ember_row_lse<T, BLOCK>(xr, C, sxc, lane, G, sh);
     if (lane == 0) {
       const ember_i64 tv = (ember_i64)t[r * st];
       const bool ok = tv != ignore;
@@ -667,16 +706,31 @@ __device__ __forceinline__ void ember_ce_bwd(
   EMBER_ROWS(BLOCK)
   for (; r < M; r += step) {
     const T* xr = x + r * sxr;
-    const F lse = ember_row_lse<T, BLOCK>(xr, C, sxc, lane, G, sh);
+    const bool cached = ember_ce_cached<F>(C, G);
+    F v[ember_ce_k<F>::value];
+    const F lse = cached ? ember_row_lse_cached<T, BLOCK>(xr, C, sxc, lane, G, sh, v) :
+                           ember_row_lse<T, BLOCK>(xr, C, sxc, lane, G, sh);
     const ember_i64 tv = (ember_i64)t[r * st];
     const bool ok = tv != ignore;
     const ember_i64 k = ok ? ember_wrap(tv, C) : 0;      // the reference's `safe`
     const F gr = ok ? (F)ember_f(g[r * sg]) : (F)0;      // (NaN * 0 stays NaN, as there)
     T* orow = out + r * C;
-    for (ember_i64 j = lane; j < C; j += G) {
-      F p = ember_exp((F)ember_f(xr[j * sxc]) - lse);
-      if (j == k) p -= (F)1;
-      ember_st(orow + j, p * gr);
+    if (cached) {
+#pragma unroll
+      for (int i = 0; i < ember_ce_k<F>::value; ++i) {
+        const ember_i64 j = lane + (ember_i64)i * G;
+        if (j < C) {
+          F p = ember_exp(v[i] - lse);
+          if (j == k) p -= (F)1;
+          ember_st(orow + j, p * gr);
+        }
+      }
+    } else {
+      for (ember_i64 j = lane; j < C; j += G) {
+        F p = ember_exp((F)ember_f(xr[j * sxc]) - lse);
+        if (j == k) p -= (F)1;
+        ember_st(orow + j, p * gr);
+      }
     }
   }
 }
