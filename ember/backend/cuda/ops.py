@@ -620,8 +620,8 @@ __device__ __forceinline__ typename ember_ct<T>::type ember_row_lse(
 
 // The same with the group's share of the row held in registers, ``v[i]`` the value at
 // ``j = lane + i * G`` (-inf past the row): one read of the row where the loops above read
-// it twice (and the backward pass a third time), the loads all issued before the first is
-// used. The same operations in the same order as `ember_row_lse`: the same bits. For rows of
+// it twice, the loads all issued before the first is used (the forward pass: 202 -> 142 us
+// on [8192, 8192] f32 logits on an H200). The same operations in the same order as `ember_row_lse`: the same bits. For rows of
 // at most ``K * G`` classes (`ember_ce_cached`; the launch sizes G to that up to 16 * 1024).
 template <typename F> struct ember_ce_k { enum { value = 16 }; };
 template <> struct ember_ce_k<double> { enum { value = 8 }; };
@@ -706,31 +706,18 @@ __device__ __forceinline__ void ember_ce_bwd(
   EMBER_ROWS(BLOCK)
   for (; r < M; r += step) {
     const T* xr = x + r * sxr;
-    const bool cached = ember_ce_cached<F>(C, G);
-    F v[ember_ce_k<F>::value];
-    const F lse = cached ? ember_row_lse_cached<T, BLOCK>(xr, C, sxc, lane, G, sh, v) :
-                           ember_row_lse<T, BLOCK>(xr, C, sxc, lane, G, sh);
+    // (the row is read again below rather than kept in registers as in the forward pass:
+    // on an H200 that ran 309 us on [8192, 8192] f32 logits, the registers 343)
+    const F lse = ember_row_lse<T, BLOCK>(xr, C, sxc, lane, G, sh);
     const ember_i64 tv = (ember_i64)t[r * st];
     const bool ok = tv != ignore;
     const ember_i64 k = ok ? ember_wrap(tv, C) : 0;      // the reference's `safe`
     const F gr = ok ? (F)ember_f(g[r * sg]) : (F)0;      // (NaN * 0 stays NaN, as there)
     T* orow = out + r * C;
-    if (cached) {
-#pragma unroll
-      for (int i = 0; i < ember_ce_k<F>::value; ++i) {
-        const ember_i64 j = lane + (ember_i64)i * G;
-        if (j < C) {
-          F p = ember_exp(v[i] - lse);
-          if (j == k) p -= (F)1;
-          ember_st(orow + j, p * gr);
-        }
-      }
-    } else {
-      for (ember_i64 j = lane; j < C; j += G) {
-        F p = ember_exp((F)ember_f(xr[j * sxc]) - lse);
-        if (j == k) p -= (F)1;
-        ember_st(orow + j, p * gr);
-      }
+    for (ember_i64 j = lane; j < C; j += G) {
+      F p = ember_exp((F)ember_f(xr[j * sxc]) - lse);
+      if (j == k) p -= (F)1;
+      ember_st(orow + j, p * gr);
     }
   }
 }
