@@ -620,18 +620,19 @@ __device__ __forceinline__ typename ember_ct<T>::type ember_row_lse(
 
 // The same with the group's share of the row held in registers, ``v[i]`` the value at
 // ``j = lane + i * G`` (-inf past the row): one read of the row where the loops above read
-// it twice, the loads all issued before the first is used (the forward pass: 202 -> 142 us
-// on [8192, 8192] f32 logits on an H200). The same operations in the same order as `ember_row_lse`: the same bits. For rows of
-// at most ``K * G`` classes (`ember_ce_cached`; the launch sizes G to that up to 16 * 1024).
+// it twice, the loads all issued before the first is used (202 -> 142 us on [8192, 8192]
+// f32 logits on an H200). The same operations in the same order as `ember_row_lse`: the
+// same bits. For rows of at most ``K * G`` classes (`ember_ce_cached`; the launch sizes G
+// to that up to 16 * 1024).
 template <typename F> struct ember_ce_k { enum { value = 16 }; };
 template <> struct ember_ce_k<double> { enum { value = 8 }; };
 
 template <typename T, bool BLOCK>
 __device__ __forceinline__ typename ember_ct<T>::type ember_row_lse_cached(
-    const T* xr, ember_i64 C, ember_i64 sxc, ember_i64 lane, ember_i64 G, double* sh,
-    typename ember_ct<T>::type* v) {
+    const T* xr, ember_i64 C, ember_i64 sxc, ember_i64 lane, ember_i64 G, double* sh) {
   typedef typename ember_ct<T>::type F;
   enum { K = ember_ce_k<F>::value };
+  F v[K];
 #pragma unroll
   for (int i = 0; i < K; ++i) {
     const ember_i64 j = lane + (ember_i64)i * G;
@@ -650,7 +651,8 @@ __device__ __forceinline__ typename ember_ct<T>::type ember_row_lse_cached(
   return ember_log(s) + m;
 }
 
-template <typename F> __device__ __forceinline__ bool ember_ce_cached(ember_i64 C, ember_i64 G) {
+template <typename F>
+__device__ __forceinline__ bool ember_ce_cached(ember_i64 C, ember_i64 G) {
   return C <= (ember_i64)ember_ce_k<F>::value * G;
 }
 
@@ -681,9 +683,8 @@ __device__ __forceinline__ void ember_ce_fwd(
   EMBER_ROWS(BLOCK)
   for (; r < M; r += step) {                 // (uniform over each warp / block)
     const T* xr = x + r * sxr;
-    F v[ember_ce_k<F>::value];
     const F lse = ember_ce_cached<F>(C, G) ?
-        ember_row_lse_cached<T, BLOCK>(xr, C, sxc, lane, G, sh, v) :
+        ember_row_lse_cached<T, BLOCK>(xr, C, sxc, lane, G, sh) :
         ember_row_lse<T, BLOCK>(xr, C, sxc, lane, G, sh);
     if (lane == 0) {
       const ember_i64 tv = (ember_i64)t[r * st];
