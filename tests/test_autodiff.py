@@ -488,3 +488,55 @@ def test_backward_computes_only_the_gradients_that_are_wanted(monkeypatch):
     grads = (xs * w[:1]).sum().backward()
     assert calls["mul"] == 2, calls       # the forward and dL/dw, not dL/dx
     np.testing.assert_allclose(w.grad(grads).numpy(), np.array([[8.0, 8.0]] + [[0.0, 0.0]] * 2))
+
+
+# -- what a node keeps ------------------------------------------------------------------------
+def test_rules_say_what_they_read():
+    """`Op.vjp_uses_out` / `vjp_uses_inputs`, read from each rule's code where not declared."""
+    from ember.ops import OPS
+    from ember.ops.registry import reads_param
+    assert OPS["exp"].vjp_uses_out and not OPS["exp"].vjp_uses_inputs
+    assert not OPS["add"].vjp_uses_out and not OPS["add"].vjp_uses_inputs
+    assert OPS["mul"].vjp_uses_inputs and not OPS["mul"].vjp_uses_out
+    assert OPS["attention"].vjp_uses_out and OPS["matmul"].vjp_uses_inputs
+
+    def hands_on(g, i, o):
+        return (helper(o),)
+
+    def closes_over(g, i, o):
+        return ((lambda: o)(),)
+
+    def ignores(g, i, o):
+        return (g,)
+
+    def helper(x):
+        return x
+    assert reads_param(hands_on, 2) and reads_param(closes_over, 2)
+    assert not reads_param(ignores, 2) and not reads_param(ignores, 1)
+    assert reads_param(lambda g, i, o: (g * i[0],), 1)
+    assert reads_param(type("Rule", (), {"__call__": lambda self, g, i, o: (g,)})(), 2)
+    assert not reads_param(None, 2)
+
+
+def test_a_node_keeps_only_the_values_its_rule_reads():
+    """A value no rule reads is freed with its last tensor while the graph lives (as PyTorch
+    saves only what a derivative needs); one a rule reads stays until backward."""
+    import weakref
+    from ember.backend import Autodiff, NdArray
+    dev = Autodiff(NdArray()).device(0)
+    x = em.tensor(np.arange(1.0, 4.0), device=dev).require_grad()
+    t = x * 2.0                      # mul keeps x (its rule reads the inputs), not t
+    u = t + 1.0                      # add keeps neither t nor u
+    ref_t = weakref.ref(t._prim.inner)
+    del t
+    gc.collect()
+    assert ref_t() is None, "the product was kept though no rule reads it"
+    e = u.exp()                      # exp's rule reads its output: e's value is kept
+    ref_e = weakref.ref(e._prim.inner)
+    loss = e.sum()
+    del e
+    gc.collect()
+    assert ref_e() is not None
+    g = x.grad(loss.backward())
+    want = 2.0 * np.exp(np.arange(1.0, 4.0) * 2.0 + 1.0)
+    np.testing.assert_allclose(g.numpy(), want, rtol=1e-12)

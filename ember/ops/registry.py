@@ -23,6 +23,13 @@ A declaration (`Op`) carries:
   returns that many: what ``infer`` returns is what the op returns;
 * ``vjp_needs``: the rule takes a ``needs`` keyword, one bool per input saying whether that
   input's gradient is wanted, so expensive ops (matmul, conv) skip the ones that are not;
+* ``vjp_uses_out``, ``vjp_uses_inputs``: whether the rule reads ``out`` (``exp``'s does;
+  ``add``'s, ``matmul``'s do not), ``inputs`` (``mul``'s does, ``add``'s does not).
+  Autodiff keeps an op's output and input values for the backward pass only where its rule
+  reads them, as PyTorch saves only what a derivative needs: a value nothing else holds is
+  then dead, and Fusion need not write it to memory (a residual add's operands). Declared,
+  or else read from the rule's code (`reads_param`: a rule that never loads that parameter
+  does not use it; anything it cannot tell counts as using it);
 * ``decompose(*inputs, **attrs)``: optional, the op written with other ember Tensor ops (the
   same results, bit for bit), returning its output(s). A backend may run that instead of the
   primitive: Fusion does for large tensors, so the elementwise ops of a fused primitive
@@ -40,6 +47,7 @@ forward them; tests iterate over ``OPS``.
 """
 from __future__ import annotations
 
+import dis
 from typing import Callable
 
 OPS: dict[str, "Op"] = {}
@@ -48,10 +56,11 @@ OPS: dict[str, "Op"] = {}
 class Op:
     __slots__ = ("name", "category", "nin", "attrs", "infer", "numpy", "vjp", "expr",
                  "promote", "nout", "doc", "vjp_needs", "decompose", "decompose_key",
-                 "__weakref__")
+                 "vjp_uses_out", "vjp_uses_inputs", "__weakref__")
 
     def __init__(self, name, category, nin, attrs, infer, numpy, vjp, expr, promote, nout, doc,
-                 vjp_needs=False, decompose=None, decompose_key=None):
+                 vjp_needs=False, decompose=None, decompose_key=None, vjp_uses_out=None,
+                 vjp_uses_inputs=None):
         self.name = name
         self.category = category
         self.nin = nin
@@ -66,6 +75,10 @@ class Op:
         self.vjp_needs = vjp_needs
         self.decompose = decompose
         self.decompose_key = decompose_key
+        self.vjp_uses_out = reads_param(vjp, 2) if vjp_uses_out is None else \
+            bool(vjp_uses_out)
+        self.vjp_uses_inputs = reads_param(vjp, 1) if vjp_uses_inputs is None else \
+            bool(vjp_uses_inputs)
 
     @property
     def differentiable(self) -> bool:
@@ -86,16 +99,39 @@ CATEGORIES = {"unary", "binary", "reduce", "view", "index", "matmul", "conv", "p
 def declare(name: str, category: str, *, nin: int, infer: Callable, numpy: Callable,
             vjp: Callable | None = None, attrs: tuple = (), expr=None, promote: str | None = None,
             nout: int = 1, doc: str = "", vjp_needs: bool = False,
-            decompose: Callable | None = None, decompose_key: Callable | None = None) -> Op:
+            decompose: Callable | None = None, decompose_key: Callable | None = None,
+            vjp_uses_out: bool | None = None, vjp_uses_inputs: bool | None = None) -> Op:
     """Declare a primitive op. Each name is declared exactly once."""
     if name in OPS:
         raise RuntimeError(f"op {name!r} is declared twice")
     if category not in CATEGORIES:
         raise RuntimeError(f"op {name!r}: unknown category {category!r}")
     op = Op(name, category, nin, tuple(attrs), infer, numpy, vjp, expr, promote, nout, doc,
-            vjp_needs, decompose, decompose_key)
+            vjp_needs, decompose, decompose_key, vjp_uses_out, vjp_uses_inputs)
     OPS[name] = op
     return op
+
+
+def reads_param(vjp, index: int) -> bool:
+    """Whether derivative rule ``vjp(g, inputs, out, ...)`` may read its parameter number
+    ``index`` (1: ``inputs``, 2: ``out``): False only for a plain function whose code never
+    loads it (nor hands it to a nested function, nor rebinds it); True for anything it cannot
+    tell. No rule: False."""
+    if vjp is None:
+        return False
+    code = getattr(vjp, "__code__", None)
+    if code is None or code.co_argcount <= index:
+        return True
+    name = code.co_varnames[index]
+    if name in code.co_cellvars:
+        return True
+    for ins in dis.get_instructions(code):
+        if ins.opname.startswith("LOAD_") and (
+                ins.argval == name or (type(ins.argval) is tuple and name in ins.argval)):
+            return True
+        if ins.opname in ("DELETE_FAST", "STORE_FAST") and ins.argval == name:
+            return True
+    return False
 
 
 def get(name: str) -> Op:

@@ -2,7 +2,9 @@
 
 The hot path (`Autodiff.execute`) does the least it can per op: unwrap the inputs, run the
 inner op, and only when an input is tracked, the op is differentiable, the output is a float
-and grad mode is on, build one `Node` that keeps the input primitives tuple as it came.
+and grad mode is on, build one `Node` that keeps the input primitives tuple as it came, and
+the output and the input values only where the op's derivative rule reads them
+(`Op.vjp_uses_out`, `Op.vjp_uses_inputs`; else the inputs' graph edges and metas alone).
 """
 from __future__ import annotations
 
@@ -12,6 +14,12 @@ from ..base import Backend
 from .engine import backward as _backward
 from .grad_mode import ACTIVE as _ACTIVE, _state
 from .graph import ADPrim, LeafNode, Node
+
+
+def _edges(prims) -> tuple:
+    """``prims`` as a node of a rule that does not read its inputs keeps them: the graph edges
+    and metas, without the values (`Op.vjp_uses_inputs`)."""
+    return tuple([ADPrim(None, p.node, p.meta) if type(p) is ADPrim else p for p in prims])
 
 
 class Autodiff(Backend):
@@ -67,12 +75,14 @@ class Autodiff(Backend):
         if op.nout == 1:
             if track and op.vjp is not None and meta[1].is_float and \
                     (_ACTIVE[0] == 0 or getattr(_state, "enabled", True)):
-                return ADPrim(out, Node(op, prims, out, meta, attrs), meta)
+                return ADPrim(out, Node(op, prims if op.vjp_uses_inputs else _edges(prims),
+                                        out if op.vjp_uses_out else None, meta, attrs), meta)
             return ADPrim(out, None, meta)
         node = None
         if track and op.vjp is not None and meta[0][1].is_float and \
                 (_ACTIVE[0] == 0 or getattr(_state, "enabled", True)):
-            node = Node(op, prims, out, meta, attrs)
+            node = Node(op, prims if op.vjp_uses_inputs else _edges(prims),
+                        out if op.vjp_uses_out else None, meta, attrs)
         res = [ADPrim(o, None, m) for o, m in zip(out, meta)]
         res[0].node = node
         return tuple(res)

@@ -100,9 +100,14 @@ def _untracked(meta):
 def _input_grads(node, g, inner, wrap):
     """The gradients ``node``'s derivative rule gives its inputs from the output's ``g``."""
     op, prims, m = node.op, node.prims, node.meta
-    ins = tuple([wrap(p.inner, inner, p.meta[0], p.meta[1]) if type(p) is ADPrim else p
-                 for p in prims])
-    if op.nout == 1:
+    if op.vjp_uses_inputs:
+        ins = tuple([wrap(p.inner, inner, p.meta[0], p.meta[1]) if type(p) is ADPrim else p
+                     for p in prims])
+    else:                          # (values not kept: `Op.vjp_uses_inputs`)
+        ins = tuple([None if type(p) is ADPrim else p for p in prims])
+    if node.out is None:           # (the rule does not read it: `Op.vjp_uses_out`)
+        out = None
+    elif op.nout == 1:
         out = wrap(node.out, inner, m[0], m[1])
     else:
         out = tuple([wrap(o, inner, mo[0], mo[1]) for o, mo in zip(node.out, m)])

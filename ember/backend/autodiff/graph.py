@@ -2,7 +2,8 @@
 
 A node holds what its op's derivative needs: the op, the input primitives as they were passed
 (`ADPrim`s, which carry the inner primitive, the parent node and the shape/dtype, or Python
-scalars), the output and the static args. Nothing else is copied per op. Backward releases
+scalars; without the inner values where the rule does not read them), the output (where the
+rule reads it) and the static args. Nothing else is copied per op. Backward releases
 all of it, so a graph lives exactly as long as its tensors, and a second backward through a
 released graph is an error rather than a silent zero.
 """
@@ -38,8 +39,10 @@ class Node:
     def __init__(self, op, prims, out, meta, attrs):
         self.seq = next(_node_seq)
         self.op = op
-        self.prims = prims   # the op's inputs: ADPrim (tensors) or Python scalars
-        self.out = out       # inner primitive, or a tuple of them for several outputs
+        self.prims = prims   # the op's inputs: ADPrim (tensors; inner None where the rule
+        #                      does not read them: Op.vjp_uses_inputs) or Python scalars
+        self.out = out       # inner primitive, a tuple of them for several outputs, or None
+        #                      where the derivative rule does not read it (Op.vjp_uses_out)
         self.meta = meta     # (shape, dtype) of the output, a list of them for several
         self.attrs = attrs
 
