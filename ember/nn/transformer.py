@@ -96,14 +96,19 @@ class TransformerEncoderLayer(em.Module):
         self.norm_first = bool(norm_first)
 
     def _block(self, x, attend):
-        """The layer around ``attend(h) -> (context, cache)``."""
+        """The layer around ``attend(h) -> (context, cache)``. The context is let go once
+        added: on a fusing device the norm that follows computes the pending sum, and a
+        context still referenced would have to be written to memory too."""
         if self.norm_first:
             a, cache = attend(self.norm_1(x))
             x = x + self.dropout(a)
+            del a
             x = x + self.dropout(self.pwff(self.norm_2(x)))
         else:
             a, cache = attend(x)
-            x = self.norm_1(x + self.dropout(a))
+            x = x + self.dropout(a)
+            del a
+            x = self.norm_1(x)
             x = self.norm_2(x + self.dropout(self.pwff(x)))
         return x, cache
 
