@@ -360,7 +360,7 @@ class Planner:
         for f in self.fallback:
             steps[f] = ("fb", {x for x in nodes[f].ins if type(x) is int}, f)
         # 3. levels, then one multi-output kernel per (shape, level) of elementwise targets
-        level, producer = {}, {}
+        level = {}
         for t in sorted(steps):
             st = steps[t]
             loads = st[1].loads if st[0] != "fb" else st[1]
