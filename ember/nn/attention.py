@@ -106,12 +106,13 @@ def _apply_masks(scores, mask_pad, mask_attn, causal, offset):
     return scores
 
 
-def _fits_primitive(q, k, v, heads: int = 0) -> bool:
+def _fits_primitive(q, k, v, heads: int = 0, packed: bool = False) -> bool:
     """Whether ``q``, ``k``, ``v`` are what the ``attention`` primitive takes (its own
-    rule, `ember.ops.attention.misfit`; ``heads``: unsplit ``[batch, seq, heads * d]``):
-    then it computes what the composite does, as one op each way; else the composite runs
-    (and raises where the inputs are wrong)."""
-    return misfit(q, k, v, heads) is None
+    rule, `ember.ops.attention.misfit`; ``heads``: unsplit ``[batch, seq, heads * d]``;
+    ``packed``: one ``[batch, seq, 3 * heads * d]`` tensor as all three): then it computes
+    what the composite does, as one op each way; else the composite runs (and raises where
+    the inputs are wrong)."""
+    return misfit(q, k, v, heads, packed) is None
 
 
 def quiet_softmax(x, dim: int = -1):
@@ -225,11 +226,40 @@ class MultiHeadAttention(em.Module):
         ctx = ctx.swap_dims(1, 2).reshape(b, lq, self.d_model)
         return MhaOutput(self.output(ctx), weights if need_weights else None)
 
+    def _packed(self, x):
+        """Self-attention's q, k, v as one product, ``[batch, seq, 3 * d_model]`` (column
+        blocks q, k, v), or None where the three projections do not pack (their biases not
+        all present or all absent, mixed dtypes or devices)."""
+        lins = (self.query, self.key, self.value)
+        biases = [lin.bias for lin in lins]
+        absent = sum(b is None for b in biases)
+        if absent not in (0, 3):
+            return None
+        ws = [lin.weight for lin in lins]
+        if len({(w.dtype, w.device) for w in ws}) != 1 or x.dtype != ws[0].dtype:
+            return None
+        if x.ndim != 3 or x.shape[-1] != self.d_model:
+            raise ShapeError(f"MultiHeadAttention: query must be [batch, seq, "
+                             f"{self.d_model}], got {tuple(x.shape)}")
+        w = em.cat(ws, 1)
+        b = None if absent else em.cat(biases, 0)
+        return em.linear(x, w, b)
+
     def forward(self, query, key=None, value=None, mask_pad=None, mask_attn=None,
                 causal: bool = False, need_weights: bool = True) -> MhaOutput:
         """The attention of ``query`` over ``key``/``value``; ``need_weights=False`` returns
         no weights (``MhaOutput.weights`` None) and lets the common case run as the one
-        ``attention`` primitive (as PyTorch's ``need_weights=False`` allows its fused path)."""
+        ``attention`` primitive (as PyTorch's ``need_weights=False`` allows its fused path);
+        a self-attention's (``key`` and ``value`` None or ``query`` itself) then projects q,
+        k and v by one product and passes the packed result to it."""
+        if (key is None or key is query) and (value is None or value is query) and \
+                self._one_op(mask_pad, mask_attn, need_weights):
+            qkv = self._packed(query)
+            if qkv is not None and _fits_primitive(qkv, qkv, qkv, self.n_heads, True):
+                ctx = apply(ATTENTION, (qkv, qkv, qkv), {
+                    "scale": 1.0 / math.sqrt(self.d_k), "causal": bool(causal), "offset": 0,
+                    "heads": self.n_heads, "packed": True})[0]
+                return MhaOutput(self.output(ctx), None)
         key = query if key is None else key
         value = key if value is None else value
         q = self._project(query, self.query, "query")

@@ -26,6 +26,12 @@ backend that runs it as one op of its own (the Cuda backend: four cuBLAS product
 one generated kernel) saves the dispatch of six ops a layer. Where only some of q, k, v
 need a gradient the Tensor ops run instead, skipping the rest.
 
+With ``packed`` (and ``heads``), q, k and v are one tensor ``[..., L, 3*H*D]`` -- a self-
+attention's three projections computed as one product -- passed as all three inputs; the op
+takes its column blocks ``[0, H*D)``, ``[H*D, 2*H*D)``, ``[2*H*D, 3*H*D)`` as q, k and v, and
+the derivative gives that tensor one gradient ``[..., L, 3*H*D]`` (``attention_backward``
+with ``packed``: one output).
+
 ``decompose`` of ``attention`` is the composite, which Fusion records and fuses for large
 tensors unless the backend below runs the op as kernels of its own (``Backend.fused_ops``:
 the Cuda backend, ember/backend/cuda/attention.py).
@@ -75,6 +81,26 @@ def _check_heads(op, heads):
                          f"heads), got {type(heads).__name__} {heads!r}")
 
 
+def _check_packed(op, packed, heads):
+    if type(packed) is not bool:
+        raise DTypeError(f"{op}: packed must be a bool, got {type(packed).__name__} "
+                         f"{packed!r}")
+    if packed and not heads:
+        raise ShapeError(f"{op}: packed q, k, v ([..., L, 3 * H * D]) need heads > 0")
+
+
+def unpack_np(a, xp=np) -> tuple:
+    """An array ``[..., L, 3*H*D]`` as its three column blocks q, k, v (views)."""
+    d = a.shape[-1] // 3
+    return a[..., :d], a[..., d:2 * d], a[..., 2 * d:]
+
+
+def _unpack(t) -> tuple:
+    """A Tensor ``[..., L, 3*H*D]`` as its three column blocks q, k, v (views)."""
+    d = t._shape[-1] // 3
+    return t[..., :d], t[..., d:2 * d], t[..., 2 * d:]
+
+
 def split_shape(shape: tuple, heads: int) -> tuple | None:
     """``[..., L, H*D]`` as ``[..., H, L, D]`` for ``heads`` H, or None where it does not
     split so."""
@@ -83,10 +109,20 @@ def split_shape(shape: tuple, heads: int) -> tuple | None:
     return shape[:-2] + (heads, shape[-2], shape[-1] // heads)
 
 
-def misfit(q, k, v, heads: int = 0):
+def misfit(q, k, v, heads: int = 0, packed: bool = False):
     """Why Tensors ``q``, ``k``, ``v`` are not what `attention` takes (with ``heads``: each
-    ``[..., L, H*D]``, split into H heads), as the error to raise, or None (`ember.nn` asks
-    before choosing the primitive over the composite)."""
+    ``[..., L, H*D]``, split into H heads; with ``packed`` too: one tensor ``[..., L,
+    3*H*D]`` passed three times), as the error to raise, or None (`ember.nn` asks before
+    choosing the primitive over the composite)."""
+    if packed:
+        if not (q is k and k is v):
+            return ShapeError(f"{_OP}: packed q, k, v are one tensor [..., L, 3 * H * D] "
+                              f"passed as all three inputs; got three different tensors")
+        s = q._shape
+        if len(s) < 2 or s[-1] % (3 * heads):
+            return ShapeError(f"{_OP}: packed q, k, v with heads={heads} must be [..., L, 3 "
+                              f"* {heads} * D] (at least 2 dims), got {s}")
+        q = k = v = _Meta(s[:-1] + (s[-1] // 3,), q._dtype)
     for t, what in ((q, "query"), (k, "key"), (v, "value")):
         if t._dtype.kind != "float":
             try:
@@ -114,17 +150,28 @@ def misfit(q, k, v, heads: int = 0):
     return None
 
 
-def _infer(q, k, v, scale, causal, offset, heads=0):
+class _Meta:
+    """A shape and dtype standing in for a Tensor in `misfit` (a packed tensor's blocks)."""
+    __slots__ = ("_shape", "_dtype")
+
+    def __init__(self, shape, dtype):
+        self._shape, self._dtype = shape, dtype
+
+
+def _infer(q, k, v, scale, causal, offset, heads=0, packed=False):
     _check_attrs(scale, causal, offset)
     _check_heads(_OP, heads)
+    _check_packed(_OP, packed, heads)
     for t, what in ((q, "query"), (k, "key"), (v, "value")):
         if not hasattr(t, "_shape"):
             raise DTypeError(f"{_OP}: expects a Tensor as the {what}, got "
                              f"{type(t).__name__}")
-    err = misfit(q, k, v, heads)
+    err = misfit(q, k, v, heads, packed)
     if err is not None:
         raise err
     sq, sk, sv = q._shape, k._shape, v._shape
+    if packed:
+        sq = sk = sv = sq[:-1] + (sq[-1] // 3,)
     dq = q._dtype
     lead = sq[:-2]
     if heads:           # out merged [..., Lq, H*Dv]; weights [..., H, Lq, Lk]
@@ -162,7 +209,9 @@ def _merge(t):
     return t.swap_dims(-2, -3).reshape(s[:-3] + (s[-2], s[-3] * s[-1]))
 
 
-def _numpy(q, k, v, *, scale, causal, offset, heads=0, xp=np):
+def _numpy(q, k, v, *, scale, causal, offset, heads=0, packed=False, xp=np):
+    if packed:
+        q, k, v = unpack_np(q, xp)
     if heads:
         out, p = _numpy_split(*(split_np(a, heads, xp) for a in (q, k, v)), scale=scale,
                               causal=causal, offset=offset, xp=xp)
@@ -192,8 +241,10 @@ def causal_hidden(lq, lk, offset, device):
     return j > i
 
 
-def _decompose(q, k, v, *, scale, causal, offset, heads=0):
+def _decompose(q, k, v, *, scale, causal, offset, heads=0, packed=False):
     """The composite MultiHeadAttention computed (in f32 for f16/bf16)."""
+    if packed:
+        q, k, v = _unpack(q)
     if heads:
         out, p = _decompose(*(_split(t, heads) for t in (q, k, v)), scale=scale,
                             causal=causal, offset=offset)
@@ -208,8 +259,12 @@ def _decompose(q, k, v, *, scale, causal, offset, heads=0):
     return _sm_down(p @ vf, src), _sm_down(p, src)
 
 
-def _vjp(g, inputs, out, scale, causal, offset, needs, heads=0):
+def _vjp(g, inputs, out, scale, causal, offset, needs, heads=0, packed=False):
     q, k, v = inputs
+    if packed:          # one tensor, three times: its one gradient goes to the first
+        (dqkv,) = run_op(ATTENTION_BACKWARD, (g, q, q, q, out[1]), scale=scale,
+                         causal=causal, offset=offset, heads=heads, packed=True)
+        return (dqkv, None, None)
     if all(needs):
         return tuple(run_op(ATTENTION_BACKWARD, (g, q, k, v, out[1]), scale=scale,
                             causal=causal, offset=offset, heads=heads))
@@ -244,29 +299,34 @@ def _grads(g, q, k, v, weights, scale, causal, offset, needs=(True, True, True))
 
 
 ATTENTION = declare(
-    "attention", "other", nin=3, attrs=("scale", "causal", "offset", "heads"), infer=_infer,
+    "attention", "other", nin=3, attrs=("scale", "causal", "offset", "heads", "packed"),
+    infer=_infer,
     numpy=_numpy, vjp=_vjp, vjp_needs=True, nout=2, decompose=_decompose,
     doc="(softmax(q @ k^T * scale, causal: keys j > i + offset hidden) @ v, the weights) "
         "over [..., Lq, D], [..., Lk, D], [..., Lk, Dv] (with heads H > 0: [..., L, H*D] "
-        "split into heads, the output merged; f16/bf16 computed in f32); only the first "
-        "output is differentiable")
+        "split into heads, the output merged; with packed, q = k = v one [..., L, 3*H*D] "
+        "tensor of the three; f16/bf16 computed in f32); only the first output is "
+        "differentiable")
 
 # -- attention_backward: the derivative as one primitive -------------------------------------
 _BWD = "attention_backward"
 
 
-def _bwd_infer(g, q, k, v, weights, scale, causal, offset, heads=0):
+def _bwd_infer(g, q, k, v, weights, scale, causal, offset, heads=0, packed=False):
     _check_attrs(scale, causal, offset)
     _check_heads(_BWD, heads)
+    _check_packed(_BWD, packed, heads)
     for t, what in ((g, "output gradient"), (q, "query"), (k, "key"), (v, "value"),
                     (weights, "weights")):
         if not hasattr(t, "_shape"):
             raise DTypeError(f"{_BWD}: expects a Tensor as the {what}, got "
                              f"{type(t).__name__}")
-    err = misfit(q, k, v, heads)
+    err = misfit(q, k, v, heads, packed)
     if err is not None:
         raise type(err)(str(err).replace(_OP + ":", _BWD + ":", 1))
     sq, sk, sv, d = q._shape, k._shape, v._shape, q._dtype
+    if packed:
+        sq = sk = sv = sq[:-1] + (sq[-1] // 3,)
     lead = sq[:-2]
     want = {"output gradient": (g, lead + (sq[-2], sv[-1])),
             "weights": (weights, lead + ((heads,) if heads else ()) + (sq[-2], sk[-2]))}
@@ -277,10 +337,17 @@ def _bwd_infer(g, q, k, v, weights, scale, causal, offset, heads=0):
         if t._shape != shape:
             raise ShapeError(f"{_BWD}: the {what} has shape {t._shape}; with query {sq}, "
                              f"key {sk} and value {sv} it must be {shape}")
+    if packed:
+        return [(q._shape, d)]
     return [(sq, d), (sk, d), (sv, d)]
 
 
-def _bwd_numpy(g, q, k, v, weights, *, scale, causal, offset, heads=0, xp=np):
+def _bwd_numpy(g, q, k, v, weights, *, scale, causal, offset, heads=0, packed=False,
+               xp=np):
+    if packed:
+        grads = _bwd_numpy(g, *unpack_np(q, xp), weights, scale=scale, causal=causal,
+                           offset=offset, heads=heads, xp=xp)
+        return (xp.concatenate(grads, axis=-1),)
     if heads:
         grads = _bwd_numpy_split(*(split_np(a, heads, xp) for a in (g, q, k, v)), weights,
                                  scale=scale, causal=causal, offset=offset, xp=xp)
@@ -305,7 +372,11 @@ def _bwd_numpy_split(g, q, k, v, weights, *, scale, causal, offset, xp=np):
     return tuple(a.astype(src, copy=False) for a in (dq, dk, dv))
 
 
-def _bwd_decompose(g, q, k, v, weights, *, scale, causal, offset, heads=0):
+def _bwd_decompose(g, q, k, v, weights, *, scale, causal, offset, heads=0, packed=False):
+    if packed:
+        grads = _bwd_decompose(g, *_unpack(q), weights, scale=scale, causal=causal,
+                               offset=offset, heads=heads)
+        return (api.cat(list(grads), -1),)
     if heads:
         grads = _grads(*(_split(t, heads) for t in (g, q, k, v)), weights, scale, causal,
                        offset)
@@ -320,12 +391,13 @@ def _bwd_vjp(g, inputs, out, **attrs):
 
 
 ATTENTION_BACKWARD = declare(
-    _BWD, "other", nin=5, attrs=("scale", "causal", "offset", "heads"), infer=_bwd_infer,
+    _BWD, "other", nin=5, attrs=("scale", "causal", "offset", "heads", "packed"),
+    infer=_bwd_infer,
     numpy=_bwd_numpy, vjp=_bwd_vjp, nout=3, decompose=_bwd_decompose,
     doc="attention's gradients (dq, dk, dv) from the output's gradient g and the weights "
         "P: dV = P^T g, dS = softmax_backward(g V^T, P) * scale (hidden rows of a "
         "negative causal offset zeroed), dQ = dS K, dK = dS^T Q (f16/bf16 computed in "
-        "f32)")
+        "f32); with packed, one gradient [..., L, 3*H*D] of q = k = v packed")
 
 __all__ = ["ATTENTION", "ATTENTION_BACKWARD", "causal_hidden", "causal_mask", "lowest",
-           "merge_np", "misfit", "split_np", "split_shape"]
+           "merge_np", "misfit", "split_np", "split_shape", "unpack_np"]

@@ -155,3 +155,30 @@ def test_adam_many_over_many_launches_matches_numpy(monkeypatch, d):
         np.testing.assert_array_equal(many[k], one[k], err_msg=k)
         np.testing.assert_allclose(many[k], ref[k], rtol=1e-4 if d == "f32" else 1e-10,
                                    atol=1e-5 if d == "f32" else 1e-12, err_msg=k)
+
+
+@pytest.mark.skipif(not em.cuda.is_available(), reason=f"cuda: {em.cuda.why_unavailable()}")
+def test_adam_many_takes_strided_gradients(monkeypatch):
+    """A self-attention's q, k, v weights are updated from column blocks of one gradient
+    (their projection is one product): views, copied on the op's stream; the same bits as
+    one adam_update per parameter."""
+    from ember import nn, optim
+    from ember.optim import adam as adam_mod
+
+    def train():
+        monkeypatch.setattr(adam_mod, "_MANY", {})
+        dev = em.device("cuda").autodiff()
+        dev.seed(0)
+        mha = nn.MultiHeadAttention(8, 2, dropout=0.0, device=dev)
+        x = em.tensor(np.linspace(-1, 1, 48, dtype=np.float32).reshape(2, 3, 8), device=dev)
+        opt = optim.AdamW(lr=0.01)
+        for _ in range(2):
+            loss = (mha(x, need_weights=False).context ** 2).mean()
+            mha = opt.step(None, mha, em.GradientsParams.from_grads(loss.backward(), mha))
+        return {k: t.numpy() for k, t in mha.named_parameters()}
+
+    many = train()
+    monkeypatch.setenv("EMBER_ADAM_MANY", "0")
+    one = train()
+    for k in one:
+        np.testing.assert_array_equal(many[k], one[k], err_msg=k)

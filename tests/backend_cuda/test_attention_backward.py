@@ -126,6 +126,66 @@ def test_host_code_with_heads_over_numpy(heads):
             np.testing.assert_allclose(a, w, rtol=1e-12, atol=1e-12, err_msg=f"{name} d{n}")
 
 
+def _packed_case(heads=3):
+    """(packed q = k = v [2, 5, 3*H*4], g merged, the weights, the output merged, the packed
+    gradient), the references in float64."""
+    def merged(a):
+        return np.ascontiguousarray(np.swapaxes(a, -2, -3)).reshape(
+            a.shape[:-3] + (a.shape[-2], a.shape[-3] * a.shape[-1]))
+    rng = np.random.default_rng(11)
+    q, k, v = (rng.normal(size=(2, heads, 5, 4)) for _ in range(3))
+    g = rng.normal(size=(2, heads, 5, 4))
+    out, p = ref_attention(q, k, v, 0.4, True, 0)
+    packed = np.concatenate([merged(a) for a in (q, k, v)], -1)
+    dqkv = np.concatenate([merged(d) for d in ref_attention_backward(g, q, k, v, p, 0.4,
+                                                                     True, 0)], -1)
+    return packed, merged(g), p, merged(out), dqkv
+
+
+PACKED = {"scale": 0.4, "causal": True, "offset": 0, "heads": 3, "packed": True}
+
+
+def test_packed_backward_host_code_over_numpy():
+    """``packed``: q = k = v one [B, L, 3*H*D] tensor (column blocks q, k, v); the backward
+    over NumPy with the CPU kernel runtimes gives one gradient of it, its blocks dq, dk,
+    dv."""
+    packed, g, p, _, want = _packed_case()
+    for name, rt in cpu_kernel_runtimes():
+        (got,) = A.attention_backward_impl(np, host_namespace(rt))(g, packed, packed, packed,
+                                                                   p, **PACKED)
+        assert got.shape == packed.shape and got.flags.c_contiguous, name
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+@gpu
+def test_packed_attention_on_cuda():
+    """The packed forward and backward on Cuda against float64."""
+    dev = em.device("cuda").autodiff()
+    packed, g, _, out, want = _packed_case()
+    x = em.tensor(packed, device=dev).require_grad()
+    got, _ = apply(ATTENTION, (x, x, x), PACKED)
+    np.testing.assert_allclose(got.numpy(), out, rtol=1e-10, atol=1e-12)
+    grads = (got * em.tensor(g, device=dev)).sum().backward()
+    np.testing.assert_allclose(x.grad(grads).numpy(), want, rtol=1e-10, atol=1e-12)
+
+
+def test_packed_inputs_must_be_one_tensor_split_in_heads():
+    dev = em.device("cpu")
+    t = lambda *s: em.tensor(np.zeros(s, np.float32), device=dev)  # noqa: E731
+    attrs = {"scale": 0.5, "causal": False, "offset": 0}
+    x = t(2, 3, 12)
+    with pytest.raises(em.errors.ShapeError, match="three different tensors"):
+        apply(ATTENTION, (x, x, t(2, 3, 12)), {**attrs, "heads": 2, "packed": True})
+    with pytest.raises(em.errors.ShapeError, match="need heads > 0"):
+        apply(ATTENTION, (x, x, x), {**attrs, "heads": 0, "packed": True})
+    with pytest.raises(em.errors.ShapeError, match=r"3 \* 5 \* D"):
+        apply(ATTENTION, (x, x, x), {**attrs, "heads": 5, "packed": True})
+    with pytest.raises(em.errors.DTypeError, match="packed must be a bool"):
+        apply(ATTENTION, (x, x, x), {**attrs, "heads": 2, "packed": 1})
+    out, w = apply(ATTENTION, (x, x, x), {**attrs, "heads": 2, "packed": True})
+    assert tuple(out.shape) == (2, 3, 4) and tuple(w.shape) == (2, 2, 3, 3)
+
+
 def test_heads_that_do_not_divide_are_refused():
     dev = em.device("cpu")
     t = lambda *s: em.tensor(np.zeros(s, np.float32), device=dev)  # noqa: E731

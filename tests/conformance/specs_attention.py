@@ -173,3 +173,45 @@ CASES += [
     _heads_bwd_case("attention_backward_heads_hidden_rows", 0.3, True, -1, 2,
                     [((3, 2), (3, 4), (4, 4), (4, 2))]),
 ]
+
+
+# -- packed: q = k = v one [..., L, 3*H*D] tensor (a self-attention's fused projection) -----
+def _unpack_ref(a):
+    d = a.shape[-1] // 3
+    return a[..., :d], a[..., d:2 * d], a[..., 2 * d:]
+
+
+def _packed_case(name, scale, causal, heads, shapes):
+    def fn(qkv):
+        return P("attention", qkv, qkv, qkv, scale=scale, causal=causal, offset=0,
+                 heads=heads, packed=True)
+
+    def ref(qkv):
+        out, p = ref_attention(*(_split_ref(a, heads) for a in _unpack_ref(qkv)), scale,
+                               causal, 0)
+        return _merge_ref(out), p
+    return Case(name, "attention", fn, ref, shapes)
+
+
+def _packed_bwd_case(name, scale, causal, heads, shapes):
+    def fn(g, qkv):
+        p = P("attention", qkv, qkv, qkv, scale=scale, causal=causal, offset=0, heads=heads,
+              packed=True)[1]
+        return P("attention_backward", g, qkv, qkv, qkv, p, scale=scale, causal=causal,
+                 offset=0, heads=heads, packed=True)
+
+    def ref(g, qkv):
+        split = [_split_ref(a, heads) for a in (g,) + _unpack_ref(qkv)]
+        p = ref_attention(*split[1:], scale, causal, 0)[1]
+        return (np.concatenate([_merge_ref(d) for d in ref_attention_backward(
+            *split, p, scale, causal, 0)], -1),)
+    return Case(name, "attention_backward", fn, ref, shapes, grad=False)
+
+
+CASES += [
+    # (qkv,): [B, L, 3*H*D]; the gradient check differentiates through the packed tensor
+    _packed_case("attention_packed", 0.4, False, 2, [((2, 4, 12),), ((5, 18),)]),
+    _packed_case("attention_packed_causal", 0.5, True, 3, [((2, 5, 18),)]),
+    _packed_bwd_case("attention_backward_packed", 0.45, True, 2,
+                     [((2, 4, 4), (2, 4, 12))]),
+]

@@ -217,3 +217,31 @@ def test_quiet_softmax_lets_a_head_attend_to_nothing():
     m = nn.MultiHeadAttention(D, H, dropout=0.0, quiet_softmax=True)
     w = m(et(randn(2, 4, D))).weights.numpy()
     assert (w.sum(-1) < 1).all() and (w > 0).all()
+
+
+def test_self_attention_projects_q_k_v_by_one_product():
+    """A self-attention without weights asked for projects q, k and v by one product (their
+    weights concatenated) and hands the packed result to the attention primitive: the output
+    and every parameter's gradient as torch's."""
+    from ember.backend import Autodiff, Fusion
+    from tests.fusion._util import RecordingNdArray
+    ref = tnn.MultiheadAttention(D, H, batch_first=True)
+    inner = RecordingNdArray()
+    dev = Autodiff(Fusion(inner, "c", 0)).device(0)
+    m = load(nn.MultiHeadAttention(D, H, dropout=0.0), mha_from("", ref)).to_device(dev)
+    x = randn(2, 5, D)
+    inner.ran.clear()
+    ctx = m(em.tensor(x, device=dev), need_weights=False).context
+    # q/k/v by one product (three would make six), attention's two (NdArray does not list
+    # the primitive: Fusion runs its decomposition), the output projection
+    assert inner.ran.count("matmul") == 4 and inner.ran.count("cat") == 2, inner.ran
+    rc = ref(tt(x), tt(x), tt(x), need_weights=False)[0]
+    close(ctx, rc)
+    grads = (ctx * ctx).sum().backward()
+    (rc * rc).sum().backward()
+    for lin, rows in ((m.query, slice(0, D)), (m.key, slice(D, 2 * D)),
+                      (m.value, slice(2 * D, 3 * D))):
+        want_w = ref.in_proj_weight.grad[rows].numpy().T
+        want_b = ref.in_proj_bias.grad[rows].numpy()
+        close(lin.weight.grad(grads), want_w)
+        close(lin.bias.grad(grads), want_b)

@@ -201,10 +201,13 @@ def attention_impl(cp, xp):
     """``CUDA_IMPLS["attention"]``: the products on cuBLAS (``xp.matmul``) and the kernel
     above for f16 (as f32), f32 and f64; any other dtype runs the reference."""
     from ...ops.attention import _numpy as reference
+    from ...ops.attention import unpack_np
     kernels = _Kernels(cp, ATTN_SOURCE)
     contiguous = contiguous_of(xp)
 
-    def attention(q, k, v, *, scale, causal, offset, heads=0):
+    def attention(q, k, v, *, scale, causal, offset, heads=0, packed=False):
+        if packed:                    # q = k = v: [..., L, 3*H*D], read as three column blocks
+            q, k, v = unpack_np(q, xp)
         if q.dtype == _F16:           # computed in f32; the outputs are rounded to f16 once
             q, k, v = (a.astype(np.float32) for a in (q, k, v))   # (by `Cuda._runner`)
         kd = _KD.get(q.dtype)
@@ -253,6 +256,7 @@ def attention_backward_impl(cp, xp):
     as `softmax_backward_kernel` on the kernel runtime (``xp.ember_kernel_runtime()``), for
     f16 (as f32), f32 and f64; any other dtype, or no kernel runtime, runs the reference."""
     from ...ops.attention import _bwd_numpy as reference
+    from ...ops.attention import unpack_np
     runtime = getattr(xp, "ember_kernel_runtime", None)
     contiguous = contiguous_of(xp)
     programs: dict = {}
@@ -274,7 +278,11 @@ def attention_backward_impl(cp, xp):
         (ds,) = rt.launch(prog, (dp.reshape(groups, lq, lk), p), ())
         return ds.reshape(dp.shape)
 
-    def attention_backward(g, q, k, v, p, *, scale, causal, offset, heads=0):
+    def attention_backward(g, q, k, v, p, *, scale, causal, offset, heads=0, packed=False):
+        if packed:                    # one gradient [..., L, 3*H*D] of the packed q = k = v
+            grads = attention_backward(g, *unpack_np(q, xp), p, scale=scale, causal=causal,
+                                       offset=offset, heads=heads)
+            return (xp.concatenate(grads, axis=-1),)
         if q.dtype == _F16:           # computed in f32; the outputs are rounded to f16 once
             g, q, k, v, p = (a.astype(np.float32) for a in (g, q, k, v, p))  # (`_runner`)
         rt = runtime() if runtime is not None else None

@@ -478,7 +478,8 @@ class _AdamManyDirect:
         nd = self.cp.ndarray
         quads = self._split(prims)
         st = None
-        for w, g, m, v in quads:
+        strided = []        # gradients that are views (a packed q/k/v weight's column block)
+        for i, (w, g, m, v) in enumerate(quads):
             if type(w) is not nd or w.dtype.char not in _CTYPES:
                 return None
             if st is None:
@@ -487,11 +488,18 @@ class _AdamManyDirect:
                 return None
             shape = w.shape
             for a in (g, m, v):
-                if type(a) is not nd or a.dtype.type is not st or a.shape != shape or \
-                        not a._c_contiguous:
+                if type(a) is not nd or a.dtype.type is not st or a.shape != shape:
                     return None
-            if not w._c_contiguous:
+            if not (w._c_contiguous and m._c_contiguous and v._c_contiguous):
                 return None
+            if not g._c_contiguous:
+                strided.append(i)
+        if strided:                    # copied on the op's stream, then read as any other
+            quads = list(quads)
+            with scope:
+                for i in strided:
+                    w, g, m, v = quads[i]
+                    quads[i] = (w, self.cp.ascontiguousarray(g), m, v)
         one = self._one
         scalars, flags = one.args(st, **attrs)
         stream, outputs = scope.stream_ptr, scope.outputs
