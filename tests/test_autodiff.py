@@ -514,6 +514,7 @@ def test_rules_say_what_they_read():
     assert reads_param(hands_on, 2) and reads_param(closes_over, 2)
     assert not reads_param(ignores, 2) and not reads_param(ignores, 1)
     assert reads_param(lambda g, i, o: (g * i[0],), 1)
+    assert reads_param(lambda g, i, o: tuple([g * x for x in i]), 1)   # (a comprehension)
     assert reads_param(type("Rule", (), {"__call__": lambda self, g, i, o: (g,)})(), 2)
     assert not reads_param(None, 2)
 
