@@ -112,6 +112,11 @@ def declare(name: str, category: str, *, nin: int, infer: Callable, numpy: Calla
     return op
 
 
+#: the opcodes that read a local variable (3.11-3.13: LOAD_FAST_CHECK, LOAD_FAST_AND_CLEAR,
+#: LOAD_FAST_LOAD_FAST among them)
+_LOCAL_LOADS = ("LOAD_FAST", "LOAD_DEREF", "LOAD_CLOSURE")
+
+
 def reads_param(vjp, index: int) -> bool:
     """Whether derivative rule ``vjp(g, inputs, out, ...)`` may read its parameter number
     ``index`` (1: ``inputs``, 2: ``out``): False only for a plain function whose code never
@@ -126,7 +131,7 @@ def reads_param(vjp, index: int) -> bool:
     if name in code.co_cellvars:
         return True
     for ins in dis.get_instructions(code):
-        if ins.opname.startswith("LOAD_") and (
+        if ins.opname.startswith(_LOCAL_LOADS) and (
                 ins.argval == name or (type(ins.argval) is tuple and name in ins.argval)):
             return True
         if ins.opname in ("DELETE_FAST", "STORE_FAST") and ins.argval == name:
