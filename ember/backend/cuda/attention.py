@@ -39,7 +39,7 @@ import numpy as np
 from ... import dtype as dt
 from ...kernel import ir
 from .matmul import layout
-from .ops import _GRID_CAP, _KERNEL_HELPERS, _Kernels, contiguous_of, f64_bits
+from .ops import _GRID_CAP, _KERNEL_HELPERS, _Kernels, contiguous_of, copies, f64_bits
 
 ATTN_SOURCE = _KERNEL_HELPERS + r"""
 template <typename F> __device__ __forceinline__ F ember_attn_lowest();
@@ -175,13 +175,6 @@ def plan(M, Lk):
         if BLOCK_THREADS * n >= Lk:
             return f"b{n}", n, min(M, _GRID_CAP), BLOCK_THREADS
     return "b0", 0, min(M, _GRID_CAP), STREAM_THREADS
-
-
-def copies(contiguous, arrays) -> list:
-    """C-contiguous copies of ``arrays``: one kernel for those of one layout where
-    ``contiguous`` is ember's `StridedCopy` (its ``many``), else one call each."""
-    many = getattr(contiguous, "many", None)
-    return many(arrays) if many is not None else [contiguous(a) for a in arrays]
 
 
 def split_heads(contiguous, arrays, heads, xp) -> list:

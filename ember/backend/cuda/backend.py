@@ -159,7 +159,7 @@ class Cuda(Backend):
         a stream switch, e.g. adam_update), or 0."""
         if self._eager is None or op.category == "random":
             return 0
-        return direct_path(op.name, self.cp) or 0
+        return direct_path(op.name, self.cp, self.contiguous) or 0
 
     def _runner(self, op):
         """``run(prims, attrs, meta, device)`` for ``op``: its implementation, bf16 inputs

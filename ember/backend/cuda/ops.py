@@ -89,6 +89,13 @@ def contiguous_of(xp):
     return getattr(xp, "ember_contiguous", None) or xp.ascontiguousarray
 
 
+def copies(contiguous, arrays) -> list:
+    """C-contiguous copies of ``arrays``: one kernel for those of one layout where
+    ``contiguous`` is ember's `StridedCopy` (its ``many``), else one call each."""
+    many = getattr(contiguous, "many", None)
+    return many(arrays) if many is not None else [contiguous(a) for a in arrays]
+
+
 def _reshape_impl(cp, xp):
     """reshape: a view where NumPy's rule allows one, else a copy made by
     `copy.StridedCopy` (CuPy's own is several times slower on a strided layout), reshaped."""
@@ -425,11 +432,13 @@ class _AdamManyDirect:
     parameter is contiguous f32 or f64 of one dtype; one `_AdamDirect` launch per parameter
     where that kernel cannot be built; else None (the op's implementation runs)."""
 
-    def __init__(self, cp):
+    def __init__(self, cp, contiguous=None):
         import ctypes
 
         from ...ops.optim import adam_many_split
         self.cp = cp
+        #: copies of strided gradients (the backend's `StridedCopy`: one kernel a layout)
+        self._contiguous = contiguous or cp.ascontiguousarray
         self._split = adam_many_split
         self._one = _AdamDirect(cp)
         self._fns = {}
@@ -497,9 +506,10 @@ class _AdamManyDirect:
         if strided:                    # copied on the op's stream, then read as any other
             quads = list(quads)
             with scope:
-                for i in strided:
-                    w, g, m, v = quads[i]
-                    quads[i] = (w, self.cp.ascontiguousarray(g), m, v)
+                done = copies(self._contiguous, [quads[i][1] for i in strided])
+            for i, g in zip(strided, done):
+                w, _, m, v = quads[i]
+                quads[i] = (w, g, m, v)
         one = self._one
         scalars, flags = one.args(st, **attrs)
         stream, outputs = scope.stream_ptr, scope.outputs
@@ -1272,18 +1282,18 @@ class _ViewDirect:
         return prims[0][self._np_slices(attrs["slices"])]
 
 
-def direct_path(name, cp):
+def direct_path(name, cp, contiguous=None):
     """``run(prims, attrs, meta, scope, device)`` of an op the Cuda backend may launch
     without switching streams (its outputs, or None: the op's implementation runs), or
-    None when the op has no such path."""
+    None when the op has no such path. ``contiguous``: the backend's copy of a strided
+    array (`StridedCopy`), for the paths that copy."""
     if name in ("reshape", "permute", "expand", "slice"):
         return _ViewDirect(cp, name).run
-    impl = {"adam_update": _AdamDirect, "adam_update_many": _AdamManyDirect,
-            "full": _FullDirect}.get(name)
-    if impl is None:
-        return None
     try:
-        return impl(cp).run
+        if name == "adam_update_many":
+            return _AdamManyDirect(cp, contiguous).run
+        impl = {"adam_update": _AdamDirect, "full": _FullDirect}.get(name)
+        return None if impl is None else impl(cp).run
     except ImportError:                # a CuPy without the driver binding
         return None
 
