@@ -10,7 +10,7 @@ the GPU runs as one op here, so the ops recorded, planned and dispatched are the
 step's -- against PyTorch eager on the CPU with the same model, one thread each, in one
 process, interleaved. Per phase (forward with the loss, backward, optimizer step) the 25th
 percentile of the step times, in ms, and ember's op counts per step (ops reaching Fusion,
-kernels launched, ops on the inner backend).
+kernels launched, ops on the inner backend, elements the generated kernels write).
 
     python bench/gpt_host.py [--steps N] [--json PATH]
 """
@@ -23,6 +23,7 @@ import argparse  # noqa: E402
 import collections  # noqa: E402
 import datetime  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import platform  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -38,6 +39,8 @@ import numpy as np  # noqa: E402
 from ember import nn, optim  # noqa: E402
 from ember.backend import Autodiff, Fusion, NdArray  # noqa: E402
 from ember.backend.cuda.backend import Cuda  # noqa: E402  (its class attributes only)
+from ember.backend.fusion import stream as fusion_stream  # noqa: E402
+from ember.backend.fusion.planner import _KernelStep  # noqa: E402
 
 CFG = {"layers": 6, "d": 32, "heads": 2, "seq": 16, "batch": 2, "vocab": 64}
 PHASES = ("forward", "backward", "optimizer", "step")
@@ -87,12 +90,25 @@ def _ember(steps):
         step()
     fdev._execute = counting
     em.fusion.reset_stats()
-    step()
-    fdev._execute = execute
+    written = [0]
+    run_plan = fusion_stream._run
+
+    def counting_run(entry, sub, *a, **k):
+        """(the elements the plan's generated kernels write: on the GPU, memory traffic)"""
+        for st in entry.steps:
+            if isinstance(st[-1], _KernelStep):
+                written[0] += sum(math.prod(shape) for _, shape in st[-1].outs)
+        return run_plan(entry, sub, *a, **k)
+    fusion_stream._run = counting_run
+    try:
+        step()
+    finally:
+        fdev._execute = execute
+        fusion_stream._run = run_plan
     per_step = {f"ops_{k}": v for k, v in counts.items()}
     st = em.fusion.stats()
     per_step.update(kernels=st["kernels"], inner_ops=st["inner_ops"] + st["eager_ops"],
-                    flushes=st["flushes"])
+                    flushes=st["flushes"], kernel_outputs=written[0])
     return step, per_step
 
 

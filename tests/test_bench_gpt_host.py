@@ -28,6 +28,7 @@ def test_gpt_host_runs_and_counts_the_backward_ops(tmp_path, capsys):
     counts = res["ember_per_step"]
     assert counts["ops_optimizer"] == 1                  # AdamW as adam_update_many
     assert 0 < counts["ops_backward"] <= 150, counts
+    assert counts["kernel_outputs"] > 0, counts
     try:
         import torch  # noqa: F401
     except ImportError:
