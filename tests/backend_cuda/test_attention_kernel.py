@@ -147,6 +147,13 @@ def test_host_code_with_the_kernel_reenacted(monkeypatch, case, dtype):
         np.testing.assert_allclose(w_h.astype(np.float64), rw, atol=tol, rtol=tol)
         np.testing.assert_allclose(out_h.astype(np.float64), merged(ro), atol=tol * 10,
                                    rtol=tol * 10)
+        if shapes[0] == shapes[1] == shapes[2]:
+            # ``packed``: one [..., L, 3*H*D] tensor as q = k = v (its column blocks)
+            qkv = np.concatenate([mq, mk, mv], -1)
+            out_p, w_p = fn(qkv, qkv, qkv, scale=scale, causal=causal, offset=offset,
+                            heads=heads, packed=True)
+            np.testing.assert_array_equal(w_p, w_h)
+            np.testing.assert_array_equal(out_p, out_h)
 
 
 # -- on a GPU -----------------------------------------------------------------------------
