@@ -181,11 +181,14 @@ class MultiHeadAttention(em.Module):
     def extra_repr(self):
         return f"d_model={self.d_model}, n_heads={self.n_heads}"
 
-    def _project(self, x, linear, what):
-        """``linear(x)``, ``[batch, seq, d_model]``."""
+    def _check_input(self, x, what):
         if x.ndim != 3 or x.shape[-1] != self.d_model:
             raise ShapeError(f"MultiHeadAttention: {what} must be [batch, seq, "
                              f"{self.d_model}], got {tuple(x.shape)}")
+
+    def _project(self, x, linear, what):
+        """``linear(x)``, ``[batch, seq, d_model]``."""
+        self._check_input(x, what)
         return linear(x)
 
     def _split(self, x):
@@ -238,9 +241,7 @@ class MultiHeadAttention(em.Module):
         ws = [lin.weight for lin in lins]
         if len({(w.dtype, w.device) for w in ws}) != 1 or x.dtype != ws[0].dtype:
             return None
-        if x.ndim != 3 or x.shape[-1] != self.d_model:
-            raise ShapeError(f"MultiHeadAttention: query must be [batch, seq, "
-                             f"{self.d_model}], got {tuple(x.shape)}")
+        self._check_input(x, "query")
         w = em.cat(ws, 1)
         b = None if absent else em.cat(biases, 0)
         return em.linear(x, w, b)
