@@ -18,6 +18,7 @@ from . import optim  # noqa: F401
 from . import fusion  # noqa: F401
 from . import cuda  # noqa: F401  (imports no CuPy until asked)
 from .backend.precision import set_matmul_precision, get_matmul_precision  # noqa: F401
+from .heap import freeze_heap, set_auto_freeze_heap  # noqa: F401
 
 bool = bool_  # noqa: A001  (em.bool as in torch.bool)
 

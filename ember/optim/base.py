@@ -28,6 +28,7 @@ import math
 
 import ember as em
 from ember.errors import ConfigError, RecordError
+from ember.heap import after_optimizer_step
 from ember.module.gradients_params import GradientsParams
 from ember.module.param import Param
 
@@ -190,6 +191,7 @@ class Optimizer:
             self._check_groups_used(seen, module)
         state.update(new)
         self._unverified.difference_update(new)
+        after_optimizer_step()      # (the first step of the process freezes the setup's heap)
         return out
 
     def _resolve(self, path, pid) -> int:

@@ -80,6 +80,15 @@ class LeafNode:
 
 def live_nodes() -> int:
     """The number of interior graph nodes alive (not released) in this process, for leak
-    tests. Runs a garbage collection first; slow, not for hot paths."""
-    gc.collect()
-    return sum(1 for o in gc.get_objects() if type(o) is Node and o.prims is not None)
+    tests. Runs a garbage collection first; slow, not for hot paths. Objects frozen
+    (`ember.heap`) are counted too: they are unfrozen for the count, then all objects alive
+    are frozen again."""
+    frozen = gc.get_freeze_count()
+    if frozen:
+        gc.unfreeze()
+    try:
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if type(o) is Node and o.prims is not None)
+    finally:
+        if frozen:
+            gc.freeze()
