@@ -66,9 +66,14 @@ class Cuda(Backend):
         self._checks = DeferredChecks(cp)
         #: C-contiguous copies as generated kernels (`copy.StridedCopy`), on the caller's stream
         self.contiguous = StridedCopy(cp, self._raw_kernel_runtime)
+        #: concatenation as one directly launched kernel (`concat.Concatenate`): the cat op's
+        #: direct path and the namespace's ``concatenate`` (CuPy's where it cannot run)
+        self.concatenate = _concatenate(cp)
         self.xp = namespace(cp, matmul=CublasMatmul(cp, self.contiguous),
                             defer_index_check=self._checks, ember_contiguous=self.contiguous,
-                            ember_kernel_runtime=self._raw_kernel_runtime)
+                            ember_kernel_runtime=self._raw_kernel_runtime,
+                            **({} if self.concatenate is None else
+                               {"concatenate": self.concatenate}))
         self._ndarray = cp.ndarray
         self._oom = cp.cuda.memory.OutOfMemoryError
         self._runners = {}
@@ -159,7 +164,7 @@ class Cuda(Backend):
         a stream switch, e.g. adam_update), or 0."""
         if self._eager is None or op.category == "random":
             return 0
-        return direct_path(op.name, self.cp, self.contiguous) or 0
+        return direct_path(op.name, self.cp, self.contiguous, self.concatenate) or 0
 
     def _runner(self, op):
         """``run(prims, attrs, meta, device)`` for ``op``: its implementation, bf16 inputs
@@ -411,6 +416,16 @@ class _Export:
 
     def __dlpack_device__(self):
         return self.prim.__dlpack_device__()
+
+
+def _concatenate(cp):
+    """The backend's `concat.Concatenate`, or None where CuPy has no driver binding (the
+    namespace keeps CuPy's concatenate)."""
+    try:
+        from .concat import Concatenate
+        return Concatenate(cp)
+    except ImportError:
+        return None
 
 
 def bf16_bits(prim):

@@ -1282,14 +1282,20 @@ class _ViewDirect:
         return prims[0][self._np_slices(attrs["slices"])]
 
 
-def direct_path(name, cp, contiguous=None):
+def direct_path(name, cp, contiguous=None, concatenate=None):
     """``run(prims, attrs, meta, scope, device)`` of an op the Cuda backend may launch
     without switching streams (its outputs, or None: the op's implementation runs), or
     None when the op has no such path. ``contiguous``: the backend's copy of a strided
-    array (`StridedCopy`), for the paths that copy."""
+    array (`StridedCopy`), for the paths that copy; ``concatenate``: its
+    `concat.Concatenate`, for ``cat``."""
     if name in ("reshape", "permute", "expand", "slice"):
         return _ViewDirect(cp, name).run
     try:
+        if name == "cat":
+            if concatenate is None:
+                from .concat import Concatenate
+                concatenate = Concatenate(cp)
+            return concatenate.run
         if name == "adam_update_many":
             return _AdamManyDirect(cp, contiguous).run
         impl = {"adam_update": _AdamDirect, "full": _FullDirect}.get(name)
