@@ -273,25 +273,56 @@ def attention_backward_impl(cp, xp):
 
     def attention_backward(g, q, k, v, p, *, scale, causal, offset, heads=0, packed=False):
         if packed:                    # one gradient [..., L, 3*H*D] of the packed q = k = v
-            grads = attention_backward(g, *unpack_np(q, xp), p, scale=scale, causal=causal,
+            q, k, v = unpack_np(q, xp)
+            if heads and kernel_path(g, q, k, v, p):
+                return (packed_heads(g, q, k, v, p, scale, causal, offset, heads),)
+            grads = attention_backward(g, q, k, v, p, scale=scale, causal=causal,
                                        offset=offset, heads=heads)
             return (xp.concatenate(grads, axis=-1),)
-        if q.dtype == _F16:           # computed in f32; the outputs are rounded to f16 once
-            g, q, k, v, p = (a.astype(np.float32) for a in (g, q, k, v, p))  # (`_runner`)
-        rt = runtime() if runtime is not None else None
-        if rt is None or _KD.get(q.dtype) is None or \
-                any(a.dtype != q.dtype for a in (g, k, v, p)):
+        if not kernel_path(g, q, k, v, p):
             return reference(g, q, k, v, p, scale=scale, causal=causal, offset=offset,
                              heads=heads, xp=xp)
+        if q.dtype == _F16:           # computed in f32; the outputs are rounded to f16 once
+            g, q, k, v, p = (a.astype(np.float32) for a in (g, q, k, v, p))  # (`_runner`)
         if heads:
             grads = attention_backward(*split_heads(contiguous, (g, q, k, v), heads, xp), p,
                                        scale=scale, causal=causal, offset=offset)
             return tuple(merge_heads(contiguous, d) for d in grads)
+        return grads_into(g, q, k, v, p, scale, causal, offset, None)
+
+    def kernel_path(g, q, k, v, p):
+        """Whether the products and the kernel take these operands (else the reference)."""
+        if runtime is None or runtime() is None:
+            return False
+        if q.dtype == _F16:           # (all five computed in f32)
+            return True
+        return _KD.get(q.dtype) is not None and all(a.dtype == q.dtype for a in (g, k, v, p))
+
+    def grads_into(g, q, k, v, p, scale, causal, offset, out):
+        """dq, dk, dv of one head layout; ``out``: a C-contiguous ``[3, *q.shape]`` buffer to
+        write them into (dq, dk, dv in that order), else new arrays."""
+        rt = runtime()
         if g.ndim > 2 and layout(g.shape, g.strides, g.itemsize, g.shape[:-2]) is None:
             g = contiguous(g)         # (read by two products: copied once, not by each)
-        dv = xp.matmul(p.swapaxes(-1, -2), g)
+        o = (None, None, None) if out is None else (out[0], out[1], out[2])
+        dv = xp.matmul(p.swapaxes(-1, -2), g, out=o[2])
         dp = xp.matmul(g, v.swapaxes(-1, -2))        # C-contiguous [..., Lq, Lk]
         ds = softmax_backward(rt, dp, p, float(scale), bool(causal), int(offset)) \
             if dp.size else dp
-        return xp.matmul(ds, k), xp.matmul(ds.swapaxes(-1, -2), q), dv
+        return (xp.matmul(ds, k, out=o[0]), xp.matmul(ds.swapaxes(-1, -2), q, out=o[1]), dv)
+
+    def packed_heads(g, q, k, v, p, scale, causal, offset, heads):
+        """The packed gradient ``[..., L, 3*H*D]`` of heads ``H``: dq, dk, dv of the split
+        heads written into one ``[3, ..., H, L, D]`` buffer, merged and packed by one copy
+        (where three head merges and a concatenation would each pass over them)."""
+        if q.dtype == _F16:
+            g, q, k, v, p = (a.astype(np.float32) for a in (g, q, k, v, p))
+        gs = split_heads(contiguous, (g, q, k, v), heads, xp)
+        shape = gs[1].shape                          # [..., H, L, D], dq's = dk's = dv's
+        buf = cp.ndarray((3,) + shape, gs[1].dtype)
+        grads_into(*gs, p, scale, causal, offset, buf)
+        nb = len(shape) - 3                          # batch dims
+        perm = tuple(range(1, nb + 1)) + (nb + 2, 0, nb + 1, nb + 3)   # [..., L, 3, H, D]
+        h, length, d = shape[-3:]
+        return contiguous(buf.transpose(perm)).reshape(shape[:-3] + (length, 3 * h * d))
     return attention_backward

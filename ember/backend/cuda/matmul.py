@@ -64,7 +64,10 @@ class CublasMatmul:
         self._scalars = {t: (o.ctypes.data, z.ctypes.data) for t, (o, z) in self._keep.items()}
         self._gemm = cublas.gemmStridedBatchedEx
 
-    def __call__(self, a, b, ta=False, tb=False):
+    def __call__(self, a, b, ta=False, tb=False, out=None):
+        """``a @ b`` (each transposed first where ``ta``/``tb``); ``out``: a C-contiguous
+        array of the product's shape and dtype to write it into (attention's backward pass
+        writes dq, dk, dv into one buffer), else a new array."""
         if ta:          # (the primitive's transpose flags: a view, read with cuBLAS's own)
             a = a.swapaxes(-1, -2)
         if tb:
@@ -82,14 +85,29 @@ class CublasMatmul:
                 self._plans = {}
             self._plans[key] = plan
         if plan is None:
-            return self._general(a, b)
+            res = self._general(a, b)
+            if out is None:
+                return res
+            self._check_out(out, res.shape, res.dtype)
+            out[...] = res
+            return out
         out_shape, dtype, tb, ta, m, n, k, one, ldb, sb, lda, sa, zero, cuda_t, stride, \
             count, compute = plan
-        out = self.cp.ndarray(out_shape, dtype)
+        if out is None:
+            out = self.cp.ndarray(out_shape, dtype)
+        else:
+            self._check_out(out, out_shape, dtype)
         self._gemm(self._device.get_cublas_handle(), tb, ta, m, n, k, one, b.data.ptr,
                    cuda_t, ldb, sb, a.data.ptr, cuda_t, lda, sa, zero, out.data.ptr, cuda_t,
                    m, stride, count, compute, self._algo)
         return out
+
+    @staticmethod
+    def _check_out(out, shape, dtype):
+        if tuple(out.shape) != tuple(shape) or out.dtype != dtype or not out._c_contiguous:
+            raise ValueError(f"matmul: out= must be a C-contiguous {np.dtype(dtype)} array of "
+                             f"shape {tuple(shape)}; got {out.dtype} {tuple(out.shape)}"
+                             f"{'' if out._c_contiguous else ' (strided)'}")
 
     def _plan(self, a, b, tf32):
         """The gemm's arguments for operands laid out as ``a`` and ``b`` (all but the
