@@ -293,6 +293,32 @@ class Ctx:
 
 
 # -- timing ---------------------------------------------------------------------------------
+class GcWatch:
+    """Counts Python's full (generation 2) garbage collections and their time while entered:
+    a pause of the host shows in a host-bound row, and the row notes it."""
+
+    def __init__(self):
+        self.full, self.full_ms, self._t0 = 0, 0.0, None
+
+    def _callback(self, phase, info):
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        elif self._t0 is not None:
+            self.full += 1
+            self.full_ms += (time.perf_counter() - self._t0) * 1e3
+            self._t0 = None
+
+    def __enter__(self):
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc):
+        gc.callbacks.remove(self._callback)
+        return False
+
+
 class Timed:
     """A contender ready to be timed: ``fn()`` runs one call, ``sync(out)`` waits for the
     device (``out``: the last call's result), ``finish(m)`` turns the timing ``m`` into the
@@ -425,7 +451,12 @@ class Row:
                     timed[name] = prepare()
                 except Exception as e:  # noqa: BLE001  (an op not there yet, a peer failing)
                     self._fail(ctx, name, e)
-        measured = time_group(timed, ctx, budget_s * ctx.budget_scale)
+        with GcWatch() as gcw:
+            measured = time_group(timed, ctx, budget_s * ctx.budget_scale)
+        if gcw.full:
+            self.notes.append(f"Python's full garbage collections while timed: {gcw.full}, "
+                              f"{gcw.full_ms:.0f} ms in all ({gc.get_freeze_count()} objects "
+                              f"frozen)")
         for name, t in timed.items():
             m = measured[name]
             if isinstance(m, BaseException):
