@@ -58,6 +58,9 @@ stop the clock; best of repeats (the median is saved too). Each contender first 
 first call (its compile time, where it compiles) and warm-up calls; then the repeats of a
 row's contenders are interleaved (A B C A B C ...), so a drift of the GPU's clocks or
 temperature falls on all of them alike. Each row has a time budget that bounds its repeats.
+Between rows the Python heap is collected and frozen (``gc.freeze``), so objects earlier rows
+left alive are not walked by later full collections; a row notes the full collections that
+still fell in its timing.
 Inductor and Triton get empty cache dirs for the run, so torch.compile's compile times are
 those of a first run. A contender that is not installed, or fails, is reported *absent* with
 the reason; each ember measurement is independent, so one failure hides no other. Results are
@@ -278,8 +281,14 @@ class Ctx:
         return self.absent.get(base)
 
     def free(self) -> None:
-        """Hand cached device memory back between rows, so contenders do not starve."""
+        """Hand cached device memory back between rows, so contenders do not starve; then
+        freeze the Python heap (``gc.freeze``): what earlier rows' contenders left alive
+        (torch.compile's graphs, JAX's traces) is not walked by the full collections of the
+        rows after (7 of them, 349 ms in all, fell in row 9's timing of GPU run 15), as it
+        would not be in a process running one framework. All contenders alike; rows note the
+        full collections still seen while timed."""
         gc.collect()
+        gc.freeze()
         if self.torch is not None and self.device == "cuda":
             self.torch.cuda.empty_cache()
         if self.xp is not None and self.xp is not np:
