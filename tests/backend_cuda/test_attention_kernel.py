@@ -235,3 +235,15 @@ def test_gpu_gradients_against_float64(fusion):
         for t, want, name in zip(ts, ref_grads(q, k, v, g, scale, causal, offset), "qkv"):
             np.testing.assert_allclose(t.grad(grads).numpy(), want, atol=1e-9, rtol=1e-8,
                                        err_msg=f"case {i}: d{name}")
+
+
+@pytest.mark.parametrize("shape", [(5, 24), (2, 5, 24), (3, 2, 5, 24)])
+def test_split_packed_is_the_split_column_blocks(shape):
+    """One copy of the packed [..., L, 3*H*D] gives q, k, v split in heads [..., H, L, D],
+    as the column blocks split one by one do."""
+    from ember.ops.attention import split_np, unpack_np
+    a = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    qkv = A.split_packed(np.ascontiguousarray, a, 2)
+    assert qkv.flags.c_contiguous and qkv.shape == (3,) + shape[:-2] + (2, 5, 4)
+    for got, want in zip(qkv, unpack_np(a)):
+        np.testing.assert_array_equal(got, split_np(want, 2))

@@ -184,6 +184,15 @@ def split_heads(contiguous, arrays, heads, xp) -> list:
     return copies(contiguous, [split_np(a, heads, xp) for a in arrays])
 
 
+def split_packed(contiguous, a, heads):
+    """A packed ``[..., L, 3*H*D]`` (q, k, v its column blocks) as one C-contiguous
+    ``[3, ..., H, L, D]``: the three split heads by one copy, q, k, v its first index."""
+    s = a.shape
+    nb = len(s) - 2                                  # batch dims
+    a5 = a.reshape(s[:-1] + (3, heads, s[-1] // (3 * heads)))     # [..., L, 3, H, D]
+    return contiguous(a5.transpose((nb + 1,) + tuple(range(nb)) + (nb + 2, nb, nb + 3)))
+
+
 def merge_heads(contiguous, a):
     """``[..., H, L, D]`` as ``[..., L, H*D]``: one copy (`StridedCopy`)."""
     sh = a.shape
@@ -200,6 +209,12 @@ def attention_impl(cp, xp):
 
     def attention(q, k, v, *, scale, causal, offset, heads=0, packed=False):
         if packed:                    # q = k = v: [..., L, 3*H*D], read as three column blocks
+            if heads and (q.dtype == _F16 or q.dtype in _KD):
+                qkv = split_packed(contiguous, q.astype(np.float32) if q.dtype == _F16 else q,
+                                   heads)
+                out, s = attention(qkv[0], qkv[1], qkv[2], scale=scale, causal=causal,
+                                   offset=offset)
+                return merge_heads(contiguous, out), s
             q, k, v = unpack_np(q, xp)
         if q.dtype == _F16:           # computed in f32; the outputs are rounded to f16 once
             q, k, v = (a.astype(np.float32) for a in (q, k, v))   # (by `Cuda._runner`)
@@ -273,9 +288,9 @@ def attention_backward_impl(cp, xp):
 
     def attention_backward(g, q, k, v, p, *, scale, causal, offset, heads=0, packed=False):
         if packed:                    # one gradient [..., L, 3*H*D] of the packed q = k = v
+            if heads and kernel_path(g, q, q, q, p):
+                return (packed_heads(g, q, p, scale, causal, offset, heads),)
             q, k, v = unpack_np(q, xp)
-            if heads and kernel_path(g, q, k, v, p):
-                return (packed_heads(g, q, k, v, p, scale, causal, offset, heads),)
             grads = attention_backward(g, q, k, v, p, scale=scale, causal=causal,
                                        offset=offset, heads=heads)
             return (xp.concatenate(grads, axis=-1),)
@@ -311,16 +326,18 @@ def attention_backward_impl(cp, xp):
             if dp.size else dp
         return (xp.matmul(ds, k, out=o[0]), xp.matmul(ds.swapaxes(-1, -2), q, out=o[1]), dv)
 
-    def packed_heads(g, q, k, v, p, scale, causal, offset, heads):
-        """The packed gradient ``[..., L, 3*H*D]`` of heads ``H``: dq, dk, dv of the split
-        heads written into one ``[3, ..., H, L, D]`` buffer, merged and packed by one copy
-        (where three head merges and a concatenation would each pass over them)."""
-        if q.dtype == _F16:
-            g, q, k, v, p = (a.astype(np.float32) for a in (g, q, k, v, p))
-        gs = split_heads(contiguous, (g, q, k, v), heads, xp)
-        shape = gs[1].shape                          # [..., H, L, D], dq's = dk's = dv's
-        buf = cp.ndarray((3,) + shape, gs[1].dtype)
-        grads_into(*gs, p, scale, causal, offset, buf)
+    def packed_heads(g, a, p, scale, causal, offset, heads):
+        """The gradient ``[..., L, 3*H*D]`` of the packed ``a`` of heads ``H``: q, k, v
+        split by one copy (`split_packed`), dq, dk, dv written into one ``[3, ..., H, L, D]``
+        buffer, merged and packed by one copy (where three head merges and a concatenation
+        would each pass over them)."""
+        if a.dtype == _F16:
+            g, a, p = (x.astype(np.float32) for x in (g, a, p))
+        (gh,) = split_heads(contiguous, (g,), heads, xp)
+        qkv = split_packed(contiguous, a, heads)
+        shape = gh.shape                             # [..., H, L, D], dq's = dk's = dv's
+        buf = cp.ndarray((3,) + shape, gh.dtype)
+        grads_into(gh, qkv[0], qkv[1], qkv[2], p, scale, causal, offset, buf)
         nb = len(shape) - 3                          # batch dims
         perm = tuple(range(1, nb + 1)) + (nb + 2, 0, nb + 1, nb + 3)   # [..., L, 3, H, D]
         h, length, d = shape[-3:]
