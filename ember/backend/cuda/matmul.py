@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import ShapeError
 from .. import precision
 
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
@@ -105,7 +106,7 @@ class CublasMatmul:
     @staticmethod
     def _check_out(out, shape, dtype):
         if tuple(out.shape) != tuple(shape) or out.dtype != dtype or not out._c_contiguous:
-            raise ValueError(f"matmul: out= must be a C-contiguous {np.dtype(dtype)} array of "
+            raise ShapeError(f"matmul: out= must be a C-contiguous {np.dtype(dtype)} array of "
                              f"shape {tuple(shape)}; got {out.dtype} {tuple(out.shape)}"
                              f"{'' if out._c_contiguous else ' (strided)'}")
 
