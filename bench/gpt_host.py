@@ -42,7 +42,7 @@ from ember.backend.cuda.backend import Cuda  # noqa: E402  (its class attributes
 from ember.backend.fusion import stream as fusion_stream  # noqa: E402
 from ember.backend.fusion.planner import _KernelStep  # noqa: E402
 
-CFG = {"layers": 6, "d": 32, "heads": 2, "seq": 16, "batch": 2, "vocab": 64}
+CFG = G.HOST_GPT
 PHASES = ("forward", "backward", "optimizer", "step")
 
 

@@ -113,6 +113,10 @@ SQRT2 = math.sqrt(2.0)
 LN_EPS = 1e-5
 LR, WEIGHT_DECAY = 1e-3, 0.01
 
+#: row 9's GPT with all its layers at sizes where its arithmetic is negligible: its host time
+#: (bench/gpt_host.py on the CPU, ``bench/gpu_profile.py --sizes host`` on the GPU)
+HOST_GPT = {"layers": 6, "d": 32, "heads": 2, "seq": 16, "batch": 2, "vocab": 64}
+
 # Problem sizes: the issue's on a GPU; tiny ones on the CPU (a test of the script's logic).
 SIZES = {
     "cuda": {"elems": 1 << 28, "ln": (64, 256, 4096), "mm": 8192, "ops": 1000,

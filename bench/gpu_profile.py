@@ -18,10 +18,15 @@ backward, AdamW) from the same weights. For each contender it reports:
   when the host is behind, so on a host-bound step small items read high.
 
 A step whose wall time is far above its GPU busy time is host-bound: the host path is where
-to look. This is a diagnostic, not a benchmark: its numbers are not targets and are not
+to look. A GPU-bound step (the GPT at its real sizes) hides its host costs: launches wait
+for room in the GPU's queue, and the per-op times include the waits. ``--sizes host`` runs
+the GPT at the sizes of ``bench/gpt_host.py`` (6 layers, d 32, 2 heads, seq 16, batch 2,
+vocab 64), where its GPU work is negligible: the wall time is the host time, and so is each
+op's. This is a diagnostic, not a benchmark: its numbers are not targets and are not
 recorded as results in BENCHMARKS.md.
 
-    python bench/gpu_profile.py [--models mlp,lenet,gpt] [--steps 20] [--out DIR]
+    python bench/gpu_profile.py [--models mlp,lenet,gpt] [--steps 20] [--sizes real|host]
+                                [--out DIR]
 """
 from __future__ import annotations
 
@@ -269,15 +274,26 @@ def _host_profile(step, sync, steps: int) -> str:
     return out.getvalue()
 
 
+def profile_sizes(which: str) -> dict:
+    """The models' sizes: bench/gpu.py's on the GPU (``real``), or those with the GPT at
+    ``gpu.HOST_GPT`` (``host``)."""
+    sizes = dict(G.SIZES["cuda"])
+    if which == "host":
+        sizes["gpt"] = dict(G.HOST_GPT)
+    return sizes
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="mlp,lenet,gpt")
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--sizes", choices=("real", "host"), default="real",
+                    help="host: the GPT at sizes where its GPU work is negligible")
     ap.add_argument("--out", default="bench/results/profile")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    sizes = G.SIZES["cuda"]
+    sizes = profile_sizes(args.sizes)
     summary = {}
     for kind in args.models.split(","):
         steps = max(3, args.steps // (5 if kind == "gpt" else 1))

@@ -192,3 +192,18 @@ def test_row2_reports_the_tuned_kernel_variant(monkeypatch):
     assert bench._cuda_kernel_variant(64) == "block=128 ept=4"
     assert bench._cuda_kernel_variant(16) == "default (untuned)"
     assert bench._cuda_kernel_variant(32) is None
+
+
+def test_gpu_profile_host_sizes_are_gpt_hosts():
+    """``--sizes host``: the GPT of bench/gpt_host.py (one definition, bench/gpu.py's
+    HOST_GPT), every other model at its real size."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import gpu_profile
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    real, host = gpu_profile.profile_sizes("real"), gpu_profile.profile_sizes("host")
+    assert real["gpt"]["d"] == 384 and host["gpt"] == gpu_profile.G.HOST_GPT
+    assert host["gpt"]["layers"] == real["gpt"]["layers"]
+    assert {k: v for k, v in host.items() if k != "gpt"} == \
+        {k: v for k, v in real.items() if k != "gpt"}
