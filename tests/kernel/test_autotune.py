@@ -263,3 +263,35 @@ def test_a_winner_timed_on_a_busy_machine_is_not_stored(tmp_path, monkeypatch):
     assert t3.choose("busy-k", [("threads", [1])], run) == v
     assert t3.stats["db_writes"] == 1
     assert Autotuner(cache_root=tmp_path, enabled=True).lookup("busy-k") == v
+
+
+def test_a_displacing_win_that_does_not_repeat_keeps_the_best(tmp_path):
+    """A candidate that beats the best so far (not the default) only while it is first timed
+    is timed against it again, alternately, and loses its place: on an H200 the GELU's
+    tuning kept 2 elements a thread over 4 so, though 4 was the faster alternating."""
+    t = Autotuner(cache_root=tmp_path, enabled=True, budget_s=5.0, tune_after=0,
+                  busy_load=float("inf"))
+    calls = {"n": 0}
+
+    def run(v):
+        if v.threads == 2:
+            calls["n"] += 1
+            # fast while it is first measured (warm-up + 2 runs), slow from then on
+            time.sleep(0.001 if calls["n"] <= 3 else 0.005)
+        else:
+            time.sleep(0.003 if v.threads == 4 else 0.008)   # 4 beats the default
+
+    assert t.choose("ept", [("threads", [4, 2])], run) == Variant(threads=4)
+    assert calls["n"] > 3                           # 2 was timed again before it could win
+    t2 = Autotuner(cache_root=tmp_path, enabled=True)
+    assert t2.lookup("ept") == Variant(threads=4)
+
+
+def test_a_displacing_win_that_repeats_takes_the_place(tmp_path):
+    t = Autotuner(cache_root=tmp_path, enabled=True, budget_s=5.0, tune_after=0,
+                  busy_load=float("inf"))
+
+    def run(v):
+        time.sleep({4: 0.004, 2: 0.0015}.get(v.threads, 0.008))
+
+    assert t.choose("ept2", [("threads", [4, 2])], run) == Variant(threads=2)
