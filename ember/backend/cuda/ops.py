@@ -1324,6 +1324,16 @@ def _linear_backward_impl(cp, xp):
     return linear_backward_impl(cp, xp)
 
 
+def _embedding_impl(cp, xp):
+    from .embedding import embedding_impl     # (a gather kernel: cuda/embedding.py)
+    return embedding_impl(cp, xp)
+
+
+def _embedding_backward_impl(cp, xp):
+    from .embedding import embedding_backward_impl   # (an atomic scatter-add kernel)
+    return embedding_backward_impl(cp, xp)
+
+
 def _attention_backward_impl(cp, xp):
     from .attention import attention_backward_impl   # (cuBLAS + a generated kernel)
     return attention_backward_impl(cp, xp)
@@ -1358,6 +1368,8 @@ CUDA_IMPLS = {
     "attention": _attention_impl,
     "attention_backward": _attention_backward_impl,
     "linear_backward": _linear_backward_impl,
+    "embedding": _embedding_impl,
+    "embedding_backward": _embedding_backward_impl,
     "max_pool1d_backward": _max_pool_backward_impl,
     "max_pool2d_backward": _max_pool_backward_impl,
     "conv1d": _conv_builder("conv", 1),
