@@ -21,8 +21,10 @@ gpu = pytest.mark.skipif(not em.cuda.is_available(),
                          reason=f"cuda: {em.cuda.why_unavailable()}")
 
 
-def test_embed_source_compiles(tmp_path):
-    c = nvrtc_or_skip(tmp_path).build(E.EMBED_SOURCE, default_arch())
+@pytest.mark.parametrize("arch", [None, 52], ids=["default", "sm_52"])
+def test_embed_source_compiles(tmp_path, arch):
+    """(sm_52: no f64 atomicAdd, the compare-and-swap loop instead)"""
+    c = nvrtc_or_skip(tmp_path).build(E.EMBED_SOURCE, arch or default_arch())
     missing = [n for n in E.embed_kernel_names() if n.encode() not in c.binary]
     assert not missing, missing
 

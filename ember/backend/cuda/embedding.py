@@ -40,6 +40,19 @@ __device__ __forceinline__ void ember_embed_gather(
     out[i] = w[ember_embed_row((long long)idx[r], n) * d + (i - r * d)];
   }
 }
+__device__ __forceinline__ void ember_embed_add(float* a, float v) { atomicAdd(a, v); }
+__device__ __forceinline__ void ember_embed_add(double* a, double v) {
+#if __CUDA_ARCH__ >= 600
+  atomicAdd(a, v);
+#else  // (no f64 atomicAdd before sm_60: a compare-and-swap loop)
+  unsigned long long* p = (unsigned long long*)a;
+  unsigned long long old = *p, seen;
+  do {
+    seen = old;
+    old = atomicCAS(p, seen, __double_as_longlong(v + __longlong_as_double(seen)));
+  } while (seen != old);
+#endif
+}
 template <typename F, typename I>
 __device__ __forceinline__ void ember_embed_scatter(
     const F* __restrict__ g, const I* __restrict__ idx, F* __restrict__ out, long long rows,
@@ -47,7 +60,7 @@ __device__ __forceinline__ void ember_embed_scatter(
   const long long total = rows * d, step = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
     const long long r = i / d;
-    atomicAdd(out + ember_embed_row((long long)idx[r], n) * d + (i - r * d), g[i]);
+    ember_embed_add(out + ember_embed_row((long long)idx[r], n) * d + (i - r * d), g[i]);
   }
 }
 """ + "".join(
