@@ -198,3 +198,46 @@ def test_adjacent_reduced_dims_of_a_ready_device_array_are_one_kernel():
     np.testing.assert_allclose(y.sum((0, 1)).numpy(), a.astype(np.float64).sum((0, 1)),
                                rtol=1e-5)
     assert rt.launches - before >= 1
+
+
+def _ordered_device():
+    """Fusion over device arrays with a small ``min_numel``, so that its rules about large
+    transposed inputs apply to the small arrays of these tests."""
+    b = Fusion(StrictFusionInner(), "auto", 16)
+    return b.device(0), b.runtime
+
+
+@pytest.mark.parametrize("bias_shape", [(1, 3, 1, 1), (3, 1, 1)])
+def test_a_chain_over_a_transposed_input_runs_in_its_memory_order(bias_shape):
+    """An elementwise chain reading a large input that is dense but not row-major (a conv
+    output in channels-last order) is one kernel over the dims in that input's memory order
+    (it ran op by op on the inner backend before); its result lies as the input does."""
+    dev, rt = _ordered_device()
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(2, 5, 4, 3)).astype(np.float32)            # NHWC in memory
+    bias = rng.normal(size=bias_shape).astype(np.float32)
+    x = em.tensor(a, device=dev).permute(0, 3, 1, 2)                # logical NCHW
+    xs = x.primitive.strides
+    em.fusion.reset_stats()
+    before = rt.launches
+    y = ((x + em.tensor(bias, device=dev)).relu() * 2.0).primitive
+    st = em.fusion.stats()
+    assert rt.launches - before == 1 and st["kernels"] == 1
+    assert st["inner_ops"] == 0 and st["eager_ops"] == 0
+    assert y.shape == (2, 3, 5, 4) and y.strides == xs              # channels-last too
+    want = np.maximum(a.transpose(0, 3, 1, 2) + bias.reshape((1,) * (4 - len(bias_shape))
+                                                            + bias_shape), 0) * 2
+    np.testing.assert_array_equal(np.asarray(y), want)
+
+
+def test_a_chain_over_a_strided_transposed_input_runs_unfused():
+    """Not dense (every other column): no memory order to run in, so the inner backend runs
+    the ops, as before."""
+    dev, rt = _ordered_device()
+    a = np.random.default_rng(1).normal(size=(2, 5, 4, 6)).astype(np.float32)
+    x = em.tensor(a, device=dev).permute(0, 3, 1, 2)[:, ::2]
+    em.fusion.reset_stats()
+    y = ((x + 1.0).relu() * 2.0).numpy()
+    assert em.fusion.stats()["inner_ops"] + em.fusion.stats()["eager_ops"] >= 3
+    np.testing.assert_allclose(y, np.maximum(a.transpose(0, 3, 1, 2)[:, ::2] + 1, 0) * 2,
+                               rtol=1e-6)

@@ -43,6 +43,7 @@ import numpy as np
 from ... import dtype as dt
 from ...kernel import ir
 from ...kernel.c_family import nodes
+from .memory_order import inverse, memory_order, permuted
 from .stats import EAGER, OP_COUNTS as _OPS, counts as _counts
 from .stream import Node, Stream, _new_entry, plan_key
 
@@ -130,9 +131,9 @@ class Replays:
         (result, keep asking): False once this structure stays on the inner backend."""
         start = time.perf_counter_ns()
         given, op_attrs = prims, attrs
-        perm = _memory_order(prims, meta[0])
+        perm = memory_order(prims, meta[0])
         if perm is not None:
-            prims = _permuted(prims, perm, len(meta[0]))
+            prims = permuted(prims, perm, len(meta[0]))
         # a float operand is a kernel argument bound per call (named as an attr: `_SCALAR_ARGS`);
         # an int or bool one (a 0 to compare with, a 2 to multiply by) is part of the key
         floats = ()
@@ -176,7 +177,7 @@ class Replays:
                 t0 = start
                 out = self._launch(state[3], op, prims, attrs)
                 if perm is not None:
-                    out = out.transpose(_inverse(perm))
+                    out = out.transpose(inverse(perm))
             t = time.perf_counter_ns() - t0
             if t < state[2 - on_inner]:
                 state[2 - on_inner] = t
@@ -186,7 +187,7 @@ class Replays:
         else:
             out = self._launch(state, op, prims, attrs)
         if perm is not None:
-            out = out.transpose(_inverse(perm))
+            out = out.transpose(inverse(perm))
         return out, True
 
     @staticmethod
@@ -296,9 +297,9 @@ class Replays:
         if entry is None:
             entry = _new_entry(sub, nodes, backend, ext_vals)
             backend.plans.put(key, entry)
-        if entry.unfused is not None or entry.copies or \
+        if entry.unfused is not None or entry.copies or entry.order is not None or \
                 any(step[0] == 3 for step in entry.steps):
-            raise _NotReplayable("a step the kernels cannot hold")
+            raise _NotReplayable("a step the kernels cannot hold, or dims in another order")
         r = _Replay()
         r.key = key
         r.scalar_from_attr = scalar_from_attr
@@ -416,58 +417,3 @@ def _inner(op, prims, attrs, meta, device):
     _OPS[EAGER] += 1
     dev = device.inner
     return dev._execute(op, prims, attrs, meta, dev)
-
-
-_ORDERS: dict = {}      # (strides, shape, itemsize) -> `_order_of`
-_INVERSES: dict = {}
-
-
-def _memory_order(prims, shape):
-    """The dims of the op's first full-shape input, outermost in memory first, where that
-    input is dense and not row-major (a channels-last conv output, a transpose); else None."""
-    if len(shape) < 2:
-        return None
-    for p in prims:
-        if getattr(p, "shape", None) == shape:
-            k = (p.strides, shape, p.itemsize)
-            try:
-                return _ORDERS[k]
-            except KeyError:
-                pass
-            if len(_ORDERS) >= 4096:
-                _ORDERS.clear()
-            perm = _ORDERS[k] = _order_of(shape, p.strides, p.itemsize)
-            return perm
-    return None
-
-
-def _order_of(shape, strides, itemsize):
-    perm = tuple(sorted(range(len(shape)), key=lambda d: -strides[d]))
-    if perm == tuple(range(len(shape))):
-        return None
-    step = itemsize
-    for d in reversed(perm):
-        if shape[d] != 1:
-            if strides[d] != step:
-                return None             # not dense: the kernel writes row-major
-            step *= shape[d]
-    _INVERSES[perm] = tuple(sorted(range(len(perm)), key=perm.__getitem__))
-    return perm
-
-
-def _inverse(perm):
-    return _INVERSES[perm]
-
-
-def _permuted(prims, perm, nd):
-    """The op's array inputs with their dims in ``perm``'s order (broadcast operands of fewer
-    dims first get leading 1s, as broadcasting reads them)."""
-    out = []
-    for p in prims:
-        n = getattr(p, "ndim", -1)
-        if n == nd:
-            p = p.transpose(perm)
-        elif n >= 0:
-            p = p.reshape((1,) * (nd - n) + p.shape).transpose(perm)
-        out.append(p)
-    return tuple(out)

@@ -27,7 +27,8 @@ from ... import dtype as dt
 from ...ops.registry import OPS
 from . import stats as S  # the module (the package re-exports stats() the function)
 from .lower import split_broadcast
-from .planner import RED, PNode, Planner, _KernelStep, scalar_tag, strict_mode
+from .memory_order import inverse, order_of, permuted
+from .planner import EW, RED, PNode, Planner, _KernelStep, scalar_tag, strict_mode
 from .runtime import compile_counted, launcher_of
 from ...kernel.buffer_pool import default_pool
 from ...kernel.strides import with_element_strides
@@ -140,9 +141,11 @@ def _seq_of(n):
 
 
 class _Entry:
-    """A cached plan with what running it needs: per step a tuple for `_run`, and the
-    external buffers that must be copied first (strides not a multiple of the itemsize)."""
-    __slots__ = ("plan", "steps", "copies", "n_nodes", "unfused")
+    """A cached plan with what running it needs: per step a tuple for `_run`, the external
+    buffers that must be copied first (strides not a multiple of the itemsize), and
+    ``order``: None, or ``(perm, inverse, ndim)`` where the plan computes in the memory order
+    of a transposed input (`_chain_order`)."""
+    __slots__ = ("plan", "steps", "copies", "n_nodes", "unfused", "order")
 
 
 class Stream:
@@ -285,7 +288,10 @@ class Stream:
             else:
                 for k in entry.copies:
                     ext_vals[k] = backend.inner.ascontiguous(ext_vals[k])
-                _run(entry, sub, ext_vals, scalars, backend.runtime, raw, c)
+                if entry.order is None:
+                    _run(entry, sub, ext_vals, scalars, backend.runtime, raw, c)
+                else:
+                    _run_in_order(entry, sub, ext_vals, scalars, backend.runtime, outs, c)
             vals = ext_vals
         except Exception as e:
             if strict_mode():
@@ -365,30 +371,85 @@ def plan_key(sub, targets, backend):
     return key, ext_vals, scalars, raw, outs
 
 
+def _plan(sub, ins_all, outs, ext_sig, order):
+    """The plan of ``sub`` over the nodes' shapes, or (``order``) over their dims permuted
+    into a transposed input's memory order, every external buffer's dims with them."""
+    t0 = time.perf_counter()
+    if order is None:
+        shapes = [n.shape for n in sub]
+    else:
+        perm, _, nd = order
+        shapes = [tuple(n.shape[d] for d in perm) for n in sub]
+        ext_sig = tuple(_permuted_sig(sig, perm, nd) for sig in ext_sig)
+    pnodes = [PNode(n.kind, n.op, n.attrs, shapes[i], n.dtype, ins_all[i], outs[i])
+              for i, n in enumerate(sub)]
+    plan = Planner(pnodes, ext_sig, strict=strict_mode()).plan()
+    S.add("plan_time_s", time.perf_counter() - t0)
+    return plan
+
+
+def _permuted_sig(sig, perm, nd):
+    """An external buffer's signature ``(shape, dtype, element strides)`` with the dims of
+    ``perm`` (fewer dims first get leading 1s of stride 0, as broadcasting reads them)."""
+    shape, dtype, strides = sig
+    pad = nd - len(shape)
+    shape, strides = (1,) * pad + tuple(shape), (0,) * pad + tuple(strides)
+    return tuple(shape[d] for d in perm), dtype, tuple(strides[d] for d in perm)
+
+
+def _chain_order(sub, raw_vals, min_numel):
+    """``(perm, inverse, ndim)`` where ``sub`` is elementwise over one shape and reads a large
+    input laid out densely in another order than row-major (a channels-last conv output): its
+    kernel then runs over the dims in that input's memory order, reading it straight, and its
+    results lie as it does; else None."""
+    shape = sub[0].shape
+    nd = len(shape)
+    if nd < 2 or any(n.kind != EW or n.shape != shape for n in sub):
+        return None
+    if any(getattr(v, "ndim", 0) > nd for v in raw_vals):
+        return None
+    for v in raw_vals:
+        if getattr(v, "shape", None) == shape and _transposed(v, min_numel):
+            perm = order_of(shape, v.strides, v.itemsize)
+            return None if perm is None else (perm, inverse(perm), nd)
+    return None
+
+
 def _new_entry(sub, targets, backend, raw_vals) -> _Entry:
     """Plan ``sub`` (a plan-cache miss) and compile its kernels; ``raw_vals`` are its
     external buffers as the key saw them."""
     parts, ins_all, outs, ext_vals, ext_sig, scalars, raw = _describe(sub, targets)
-    t0 = time.perf_counter()
-    pnodes = [PNode(n.kind, n.op, n.attrs, n.shape, n.dtype, ins_all[i], outs[i])
-              for i, n in enumerate(sub)]
-    plan = Planner(pnodes, ext_sig, strict=strict_mode()).plan()
-    S.add("plan_time_s", time.perf_counter() - t0)
+    # a kernel writes row-major: reading a large input laid out otherwise (a conv output in
+    # channels-last order, say) it would copy it transposed. An elementwise chain over one
+    # shape then runs in that input's memory order (`_chain_order`); other parts run on the
+    # inner backend, which keeps the input's order -- unless they reduce: a
+    # reduce-then-broadcast kernel (layer norm after swap_dims) reads the input once in its
+    # own layout, where the inner ops make a pass each.
+    transposed = bool(backend.min_numel) and not any(n.kind == RED for n in sub) and \
+        any(_transposed(v, backend.min_numel) for v in raw_vals)
+    order = _chain_order(sub, raw_vals, backend.min_numel) if transposed else None
+    plan = None
+    if order is not None:
+        try:
+            plan = _plan(sub, ins_all, outs, ext_sig, order)
+        except Exception:  # noqa: BLE001  (then planned over the logical shapes, below)
+            plan = None
+        if plan is not None and any(type(s) is not _KernelStep for s in plan.steps):
+            plan = None                 # (a node the kernels cannot hold: not permuted)
+        if plan is None:
+            order = None
+    if plan is None:
+        plan = _plan(sub, ins_all, outs, ext_sig, None)
     _compile(plan, backend.runtime)
     if S.log_enabled():
         _log_plan(plan, sub, backend.runtime)
     e = _Entry()
     e.plan = plan
+    e.order = order
     e.n_nodes = n = len(sub)
     E = len(ext_sig)
     e.unfused = None
-    if backend.min_numel and not any(n.kind == RED for n in sub) and \
-            any(_transposed(v, backend.min_numel) for v in raw_vals):
-        # a kernel writes row-major: reading a large input laid out otherwise (a conv output
-        # in channels-last order, say) it would copy it transposed, where the inner ops keep
-        # the input's memory order. Such a part runs on the inner backend -- unless it
-        # reduces: a reduce-then-broadcast kernel (layer norm after swap_dims) reads the
-        # input once in its own layout, where the inner ops make a pass each.
+    if transposed and order is None:
         e.unfused = tuple(tuple(E + x if type(x) is int else
                                 (x[1] if x[0] == "x" else -1 - x[1]) for x in ins_all[i])
                           for i in range(n))
@@ -579,6 +640,19 @@ def _run(entry, sub, env, scalars, runtime, raw, c):
             c.kernels += 1
         for (p, shape), o in zip(outs, res):
             env[p] = o if o.shape == shape else o.reshape(shape)
+
+
+def _run_in_order(entry, sub, env, scalars, runtime, outs, c):
+    """`_run` of a plan over permuted dims (``entry.order``): the external buffers given
+    with their dims permuted (views), the wanted values permuted back (views: they lie in
+    memory as the transposed input does). No output goes into an input's buffer."""
+    perm, inv, nd = entry.order
+    E = len(env)
+    env[:] = permuted(env, perm, nd)
+    _run(entry, sub, env, scalars, runtime, (-1,) * E, c)
+    for j, wanted in enumerate(outs):
+        if wanted:
+            env[E + j] = env[E + j].transpose(inv)
 
 
 def _launch_in_place(s, prog, ins, args, env, raw, launch_into, c):
