@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from .ops import _direct_function
 
 #: inputs one launch copies
@@ -148,16 +146,3 @@ class Concatenate:
             direct.raw_launch(f[1], grid, len(part), 1, _BLOCK, 1, 1, 0, stream, params, 0)
         return out
 
-
-def concat_reference(arrays, axis):
-    """What the kernel computes, in NumPy: for tests without a GPU."""
-    arrays = [np.ascontiguousarray(a) for a in arrays]
-    axis = axis + arrays[0].ndim if axis < 0 else axis
-    out_shape, rows, widths, columns, width = concat_plan([a.shape for a in arrays], axis)
-    flat = np.empty(rows * width, arrays[0].dtype)
-    for a, w, c in zip(arrays, widths, columns):
-        src = a.reshape(-1)
-        for i in range(rows * w):
-            r = i // w
-            flat[r * width + c + (i - r * w)] = src[i]
-    return flat.reshape(out_shape)

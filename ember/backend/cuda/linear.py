@@ -36,8 +36,7 @@ def linear_backward_impl(cp, xp):
     programs: dict = {}
 
     def rows_of(a, rows):
-        a = a if a.flags.c_contiguous else contiguous(a)
-        return a.reshape(rows, a.shape[-1])
+        return contiguous(a).reshape(rows, a.shape[-1])   # (a itself where contiguous)
 
     def column_sum(rt, g2):
         rows, cols = g2.shape

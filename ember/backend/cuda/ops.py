@@ -1304,39 +1304,13 @@ def direct_path(name, cp, contiguous=None, concatenate=None):
         return None
 
 
-def _layer_norm_impl(cp, xp):
-    from .norm import layer_norm_impl      # (its kernel source: ember/backend/cuda/norm.py)
-    return layer_norm_impl(cp, xp)
-
-
-def _layer_norm_backward_impl(cp, xp):
-    from .norm_backward import layer_norm_backward_impl    # (ember/backend/cuda/norm_backward.py)
-    return layer_norm_backward_impl(cp, xp)
-
-
-def _attention_impl(cp, xp):
-    from .attention import attention_impl  # (cuBLAS + its softmax kernel: cuda/attention.py)
-    return attention_impl(cp, xp)
-
-
-def _linear_backward_impl(cp, xp):
-    from .linear import linear_backward_impl     # (cuBLAS + a generated column sum)
-    return linear_backward_impl(cp, xp)
-
-
-def _embedding_impl(cp, xp):
-    from .embedding import embedding_impl     # (a gather kernel: cuda/embedding.py)
-    return embedding_impl(cp, xp)
-
-
-def _embedding_backward_impl(cp, xp):
-    from .embedding import embedding_backward_impl   # (an atomic scatter-add kernel)
-    return embedding_backward_impl(cp, xp)
-
-
-def _attention_backward_impl(cp, xp):
-    from .attention import attention_backward_impl   # (cuBLAS + a generated kernel)
-    return attention_backward_impl(cp, xp)
+def _builder(module: str, name: str):
+    """A builder ``(cupy, xp) -> fn`` of ember/backend/cuda/``module``.py's ``name``, imported
+    on first use (those modules import this one)."""
+    def build(cp, xp):
+        from importlib import import_module
+        return getattr(import_module(f"{__package__}.{module}"), name)(cp, xp)
+    return build
 
 
 def _conv_builder(kind, nd):
@@ -1363,13 +1337,13 @@ CUDA_IMPLS = {
     "max_pool2d": _max_pool_impl(2, False),
     "max_pool1d_with_indices": _max_pool_impl(1, True),
     "max_pool2d_with_indices": _max_pool_impl(2, True),
-    "layer_norm": _layer_norm_impl,
-    "layer_norm_backward": _layer_norm_backward_impl,
-    "attention": _attention_impl,
-    "attention_backward": _attention_backward_impl,
-    "linear_backward": _linear_backward_impl,
-    "embedding": _embedding_impl,
-    "embedding_backward": _embedding_backward_impl,
+    "layer_norm": _builder("norm", "layer_norm_impl"),
+    "layer_norm_backward": _builder("norm_backward", "layer_norm_backward_impl"),
+    "attention": _builder("attention", "attention_impl"),  # (cuBLAS + a softmax kernel)
+    "attention_backward": _builder("attention", "attention_backward_impl"),
+    "linear_backward": _builder("linear", "linear_backward_impl"),  # (cuBLAS + a column sum)
+    "embedding": _builder("embedding", "embedding_impl"),     # (a gather kernel)
+    "embedding_backward": _builder("embedding", "embedding_backward_impl"),
     "max_pool1d_backward": _max_pool_backward_impl,
     "max_pool2d_backward": _max_pool_backward_impl,
     "conv1d": _conv_builder("conv", 1),
