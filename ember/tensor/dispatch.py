@@ -100,7 +100,12 @@ def binary(op, a, b, attrs: dict = _EMPTY):
                          f"{type(b).__name__}")
     ts = type(s)
     if t._dtype.is_float and (ts is float or ts is int):
-        s = float(s)       # the common case: a float tensor keeps its dtype
+        try:
+            s = float(s)       # the common case: a float tensor keeps its dtype
+        except OverflowError:
+            raise DTypeError(f"{op.name}: an int scalar of {s.bit_length()} bits is beyond "
+                             f"the float range (at most about 1.8e308, 1024 bits) for a "
+                             f"{t._dtype.name} tensor") from None
     else:
         t, s = _promote_scalar(op, t, s)
     if left:

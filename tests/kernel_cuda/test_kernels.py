@@ -166,7 +166,11 @@ def ew_cases():
                        (ir.Load(0, dt.f32) / ir.Arg(0, dt.f32),
                         ir.Load(0, dt.f32) / ir.Const(6.0, dt.f32),
                         ir.Load(0, dt.f32) / ir.Const(1e-30, dt.f32),
-                        ir.Load(0, dt.f32) / ir.Const(0.0, dt.f32)), (dt.f32,) * 4,
+                        ir.Load(0, dt.f32) / ir.Const(0.0, dt.f32),
+                        # powers of two: a multiply by the exact reciprocal
+                        ir.Load(0, dt.f32) / ir.Const(2.0, dt.f32),
+                        ir.Load(0, dt.f32) / ir.Const(-(2.0 ** -127), dt.f32),
+                        ir.Load(0, dt.f32) / ir.Const(2.0 ** 127, dt.f32)), (dt.f32,) * 7,
                        (dt.f32,))
     for c in (math.sqrt(2.0), 6.0, -2.5, float.fromhex("0x1.fffffep0"), 2.0 ** -20,
               2.0 ** 20, 2.0 ** 21, 3e-39, -1e30, 0.0, math.inf, math.nan):
