@@ -22,8 +22,9 @@ def wrap(prim, device, shape, dtype):
     return t
 
 
-def apply(op, inputs: tuple, attrs: dict = _EMPTY):
-    """Run a registry op on tensors (and scalars) and wrap the result(s)."""
+def apply(op, inputs: tuple, attrs: dict = _EMPTY, meta=None):
+    """Run a registry op on tensors (and scalars) and wrap the result(s). ``meta``: the
+    op's ``infer`` result where the caller has checked the inputs already."""
     # the device check and the primitives in one pass
     dev = None
     prims = []
@@ -39,7 +40,8 @@ def apply(op, inputs: tuple, attrs: dict = _EMPTY):
             prims.append(x)
     if dev is None:
         raise DeviceError(f"{op.name}: needs at least one tensor input")
-    meta = op.infer(*inputs, **attrs)
+    if meta is None:
+        meta = op.infer(*inputs, **attrs)
     out = dev._execute(op, tuple(prims), attrs, meta, dev)
     if op.nout == 1:
         t = _new(Tensor)                 # (wrap, inlined)

@@ -102,9 +102,10 @@ def linear(x, weight, bias=None):
         raise ShapeError(f"linear: bias must have shape ({ws[1]},) to match weight {ws}, "
                          f"got {shape}")
     if LIN.fits(x, weight, bias):
-        # one op each way (`ember.ops.linear`): under Fusion the forward decomposes as below
+        # one op each way (`ember.ops.linear`): under Fusion the forward decomposes as below;
+        # the inputs are checked (`fits`), so the op's own check is not run again
         return apply(LIN.LINEAR, (x, weight) if bias is None else (x, weight, bias),
-                     {"has_bias": bias is not None})
+                     {"has_bias": bias is not None}, (xs[:-1] + (ws[1],), x._dtype))
     out = matmul(x, weight)                 # (1-d inputs, mixed dtypes, a broadcast bias)
     return out + bias if bias is not None else out
 
