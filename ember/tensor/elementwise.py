@@ -5,8 +5,6 @@ Binary functions take tensors or Python scalars on either side; scalars are weak
 """
 from __future__ import annotations
 
-import math
-
 from .. import dtype as dt
 from ..errors import DTypeError
 from ..ops import elementwise as E
@@ -41,30 +39,7 @@ def mul(a, b):
 
 def div(a, b):
     """True division; int inputs give float results."""
-    if isinstance(a, dispatch.Tensor):
-        return a.__truediv__(b)
     return binary(E.DIV, a, b)
-
-
-#: |k| of the powers of two 2^k whose reciprocal every float dtype holds as a normal number
-#: (f16's smallest normal is 2^-14)
-_EXACT_RECIPROCAL_EXP = 14
-
-
-def _exact_reciprocal(s):
-    """``1 / s`` for a Python scalar that is a power of two 2^k, |k| <= 14; else None.
-    Dividing a float tensor by such a scalar is multiplying it by the reciprocal, bit for
-    bit (both round the one real quotient), and a kernel multiplies for less than it
-    divides (a GPU's division by a runtime scalar takes a correction and a range check)."""
-    if type(s) is not float and type(s) is not int:
-        return None
-    try:
-        m, e = math.frexp(s)
-    except OverflowError:           # an int beyond the float range
-        return None
-    if (m == 0.5 or m == -0.5) and -_EXACT_RECIPROCAL_EXP <= e - 1 <= _EXACT_RECIPROCAL_EXP:
-        return 1.0 / s
-    return None
 
 
 def pow(a, b):  # noqa: A001
@@ -497,10 +472,6 @@ class ElementwiseMethods:
         return binary(E.MUL, o, self)
 
     def __truediv__(self, o):
-        if self._dtype.is_float:
-            r = _exact_reciprocal(o)
-            if r is not None:
-                return binary(E.MUL, self, r)
         return binary(E.DIV, self, o)
 
     def __rtruediv__(self, o):
