@@ -167,7 +167,7 @@ def ew_cases():
                         ir.Load(0, dt.f32) / ir.Const(6.0, dt.f32),
                         ir.Load(0, dt.f32) / ir.Const(1e-30, dt.f32),
                         ir.Load(0, dt.f32) / ir.Const(0.0, dt.f32),
-                        # powers of two: a multiply by the exact reciprocal
+                        # powers of two (through the multiply and correction too)
                         ir.Load(0, dt.f32) / ir.Const(2.0, dt.f32),
                         ir.Load(0, dt.f32) / ir.Const(-(2.0 ** -127), dt.f32),
                         ir.Load(0, dt.f32) / ir.Const(2.0 ** 127, dt.f32)), (dt.f32,) * 7,

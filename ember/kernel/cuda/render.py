@@ -62,7 +62,6 @@ and the conversions give NumPy's bits, as the C kernels do.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -321,17 +320,6 @@ _DIVK = ("EMBER_D float ember_divk(float x, float c, float y, bool c_ok) {\n"
          "}")
 
 
-def exact_reciprocal(c: float) -> bool:
-    """Whether the f32 divisor ``c`` is a power of two 2^k whose reciprocal 2^-k is an f32
-    too (|k| <= 127): dividing by it is multiplying by that reciprocal, bit for bit (both
-    round the one real quotient)."""
-    c = abs(float(np.float32(c)))
-    if not 0.0 < c < math.inf:
-        return False
-    m, e = math.frexp(c)
-    return m == 0.5 and abs(e - 1) <= 127
-
-
 def divm_ok(c: float) -> bool:
     """Whether `_DIVM` serves the f32 divisor ``c`` (NaN: no)."""
     return DIVM_RANGE[0] <= abs(float(np.float32(c))) <= DIVM_RANGE[1]
@@ -366,11 +354,6 @@ class _Scope(ScopeBase):
         if isinstance(e.b, ir.Arg):
             y, ok = f"argy{e.b.index}", f"argok{e.b.index}"
         else:
-            if exact_reciprocal(e.b.value):
-                # x / 2^k and x * 2^-k round the same real number: the same bits, always
-                r = self.dialect.float_lit(float(np.float32(1.0) / np.float32(e.b.value)),
-                                           dt.float32)
-                return self._bind(f"({x} * {r})", e.dtype)
             if not divm_ok(e.b.value):
                 return super()._node(e)
             yv = np.float32(1.0) / np.float32(e.b.value)
