@@ -60,7 +60,9 @@ row's contenders are interleaved (A B C A B C ...), so a drift of the GPU's cloc
 temperature falls on all of them alike. Each row has a time budget that bounds its repeats.
 Between rows the Python heap is collected and frozen (``gc.freeze``), so objects earlier rows
 left alive are not walked by later full collections; a row notes the full collections that
-still fell in its timing.
+still fell in its timing. On a GPU, ``nvidia-smi`` samples the SM clock, power and throttle
+reasons in the background (`gpu_telemetry`): each row notes its clock range, peak power and
+how often a power or thermal cap held while it was timed.
 Inductor and Triton get empty cache dirs for the run, so torch.compile's compile times are
 those of a first run. A contender that is not installed, or fails, is reported *absent* with
 the reason; each ember measurement is independent, so one failure hides no other. Results are
@@ -108,6 +110,9 @@ except ImportError:            # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(ROOT))
     import ember as em  # noqa: E402
 import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_telemetry  # noqa: E402
 
 SQRT2 = math.sqrt(2.0)
 LN_EPS = 1e-5
@@ -178,6 +183,13 @@ def _absent(e: BaseException) -> str:
 
 
 # -- contenders: the frameworks, imported once, each possibly absent ---------------------------
+def _visible_gpu() -> int:
+    """nvidia-smi's index of the GPU the contenders use (the first of
+    ``CUDA_VISIBLE_DEVICES`` where it lists indices)."""
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+    return int(first) if first.isdigit() else 0
+
+
 class Ctx:
     """What every row needs: the frameworks on the chosen device (or why not), sizes, timing
     settings, the copy bandwidth once measured."""
@@ -200,6 +212,8 @@ class Ctx:
         self.jax, self.jax_dev = self._jax()
         self.xp = self._array_library()
         self.em_dev = self._ember()
+        self.telemetry = gpu_telemetry.Telemetry(_visible_gpu()) if self.device == "cuda" \
+            else None
 
     # each of these returns None and notes the reason when the framework cannot run
     def _torch(self):
@@ -437,6 +451,7 @@ class Row:
         self.absent: dict[str, str] = {}
         self.targets: list[dict] = []
         self.notes: list[str] = []
+        self.telemetry = None               # the GPU's clock and power while timed
 
     def _available(self, ctx: "Ctx", name: str, family: str) -> bool:
         self.order.append(name)
@@ -464,8 +479,13 @@ class Row:
                     timed[name] = prepare()
                 except Exception as e:  # noqa: BLE001  (an op not there yet, a peer failing)
                     self._fail(ctx, name, e)
+        t0 = time.time()
         with GcWatch() as gcw:
             measured = time_group(timed, ctx, budget_s * ctx.budget_scale)
+        if ctx.telemetry is not None:
+            self.telemetry = ctx.telemetry.window(t0, time.time())
+            if self.telemetry is not None:
+                self.notes.append(gpu_telemetry.describe(self.telemetry))
         if gcw.full:
             self.notes.append(f"Python's full garbage collections while timed: {gcw.full}, "
                               f"{gcw.full_ms:.0f} ms in all ({gc.get_freeze_count()} objects "
@@ -517,7 +537,7 @@ class Row:
         return {"title": self.title, "unit": self.unit, "order": self.order,
                 "higher_is_better": self.higher, "definition": self.definition,
                 "results": self.results, "absent": self.absent, "targets": self.targets,
-                "notes": self.notes}
+                "notes": self.notes, "telemetry": self.telemetry}
 
 
 def _ratio(a, b):
@@ -1525,6 +1545,7 @@ def machine(ctx: Ctx) -> dict:
         "commit": _git_commit(),
         "device": ctx.device,
         "gpu": _gpu_info(ctx) if ctx.device == "cuda" else None,
+        "telemetry": None if ctx.telemetry is None else (ctx.telemetry.why or "nvidia-smi"),
         "cpu": cpu_name(),
         "cpus": cpu_count()[1],
         "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
@@ -1708,6 +1729,8 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     caches = fresh_compile_caches()
     ctx = Ctx(args)
+    if ctx.telemetry is not None:
+        atexit.register(ctx.telemetry.close)
     done: dict[int, Row] = {}
     if any(r in rows for r in (2, 4)):
         if 1 in rows:
