@@ -81,7 +81,8 @@ def describe(summary: dict) -> str:
     parts = []
     if summary["sm_mhz"]:
         lo, hi = summary["sm_mhz"]
-        parts.append(f"SM clock {lo:.0f}-{hi:.0f} MHz" if lo != hi else f"SM clock {lo:.0f} MHz")
+        parts.append(f"SM clock {lo:.0f}-{hi:.0f} MHz" if lo != hi else
+                     f"SM clock {lo:.0f} MHz")
     if summary["peak_w"] is not None:
         limit = f" of {summary['limit_w']:.0f} W" if summary["limit_w"] else ""
         parts.append(f"power up to {summary['peak_w']:.0f} W{limit}")

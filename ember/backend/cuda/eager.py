@@ -33,7 +33,8 @@ import numpy as np
 from ... import dtype as dt
 from ...kernel import ir
 from ...kernel.cuda.launch import MAX_PARAMS, DirectLauncher
-from ...kernel.cuda.render import FLAT_NAME, render_flat
+from ...kernel.cuda import scalars as scalar_abi
+from ...kernel.cuda.render import FLAT_NAME, arg_kinds, render_flat
 from ..fusion.lower import load_expr
 
 __all__ = ["EagerKernels", "flat_kernel", "eligible", "enabled", "MAX_VARIANTS", "BLOCK"]
@@ -238,7 +239,7 @@ class EagerKernels:
         except Exception:  # noqa: BLE001  (an expr the renderer cannot take: CuPy runs it)
             return None
         fmt = "=" + "Q" * (len(kernel.inputs) + 1) + "".join(
-            "d" if a.is_float else "q" for a in kernel.args) + "q" * (1 + sum(cyclic))
+            scalar_abi.FMT[k] for k in arg_kinds(kernel)) + "q" * (1 + sum(cyclic))
         return _Kernel(module, fptr, fmt, convert, od.np,
                        self._direct.grid_cap(self._get_device(), BLOCK))
 
@@ -255,7 +256,7 @@ def flat_kernel(op, kinds, attrs, od):
     # a scalar operand takes the dtype of the op's tensors (`where`: of its result), as
     # Fusion's lowering does; a f16 op rounds it to f16 first (NumPy's weak scalar)
     sdt = od if op.name == "where" else dtypes[0]
-    views, ins, args, convert = [], [], [], []
+    views, ins, args = [], [], []
     for k in kinds:
         if isinstance(k, dt.DType):
             ins.append(load_expr(len(views), k))
@@ -264,10 +265,13 @@ def flat_kernel(op, kinds, attrs, od):
             cd = ir.compute_dtype(sdt)
             ins.append(ir.Arg(len(args), cd))
             args.append(cd)
-            convert.append(_half_scalar if sdt is dt.float16 else
-                           float if cd.is_float else int)
     e = ir.cast(op.expr(*ins, **attrs), od)
-    return ir.Elementwise((1,), tuple(views), (e,), (od,), tuple(args)), tuple(convert)
+    kernel = ir.Elementwise((1,), tuple(views), (e,), (od,), tuple(args))
+    # each scalar as the kernel takes it (`scalars`), a f16 op's rounded to f16 first
+    convert = tuple(scalar_abi.CONVERT[k] for k in arg_kinds(kernel))
+    if sdt is dt.float16:
+        convert = tuple(_half(c) for c in convert)
+    return kernel, convert
 
 
 def _repeats(part: tuple, shape: tuple) -> bool:
@@ -280,5 +284,6 @@ def _repeats(part: tuple, shape: tuple) -> bool:
         len(part) <= len(shape)
 
 
-def _half_scalar(v) -> float:
-    return float(np.float16(v))
+def _half(convert):
+    """``convert`` of the scalar rounded to f16 (NumPy's weak scalar next to f16 arrays)."""
+    return lambda v: convert(float(np.float16(v)))

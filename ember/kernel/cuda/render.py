@@ -70,6 +70,8 @@ from ... import dtype as dt
 from .. import ir
 from ..c_family import (C_TYPE, LOW, SIZE, UNSIGNED, WIDE, Dialect, ScopeBase, Src, contig,
                         loads_of, nodes, prod, uses_index)
+from . import scalars as _scalars
+from .scalars import DIVM_RANGE  # noqa: F401  (the divisors `_DIVM` serves; others divide)
 from ..c_family import cast_code as _cast_code
 from ..c_family import load_code as _load_code
 from ..c_family import store_code as _store_code
@@ -289,11 +291,9 @@ def _const_divisor(e) -> bool:
             and isinstance(e.b, (ir.Arg, ir.Const)) and _cd(e.b.dtype) is dt.float32)
 
 
-#: the divisors `_DIVM` serves: |c| in [2^-20, 2^20] (others take the division)
-DIVM_RANGE = (2.0 ** -20, 2.0 ** 20)
 
 # x / c for a divisor c that is the same for every element (a scalar Arg or a constant),
-# given y = 1 / c rounded to f32 (once per thread): the same bits as the IEEE division,
+# given y = 1 / c rounded to f32 (by the host: `scalars`): the same bits as the IEEE division,
 # in a multiply and two FMAs instead of the division's reciprocal, Newton steps, range
 # check and branch, all in f32 (an f64 multiply by 1 / (double)c, exact as well, costs two
 # conversions that run at 1/8 of the f32 rate and left a custom GELU short of the copy
@@ -400,8 +400,10 @@ def _params(k, out_dtypes, scratch: bool, aligned: bool) -> str:
         ps.append(f"{_storage(od)} *__restrict__ out{i}")
     if scratch:
         ps.append("char *__restrict__ scratch")
-    for i, ad in enumerate(k.args):
-        ps.append(f"const {'double' if _cd(ad).is_float else 'long long'} arg{i}_")
+    ctype = {"f64": "double", "f32": "unsigned long long", "f32/": "unsigned long long",
+             "int": "long long"}
+    for i, kind in enumerate(arg_kinds(k)):
+        ps.append(f"const {ctype[kind]} arg{i}_")
     if aligned:
         ps.append("const int ember_aligned")
     return ", ".join(ps)
@@ -413,15 +415,23 @@ def _divisor_args(k) -> set:
     return {n.b.index for n in nodes(exprs) if _const_divisor(n) and isinstance(n.b, ir.Arg)}
 
 
+def arg_kinds(k) -> tuple:
+    """How each scalar arg of kernel ``k`` is passed (`scalars`: ``"f64"``, ``"f32"``,
+    ``"f32/"`` for an f32 divisor, ``"int"``)."""
+    return _scalars.kinds(k.args, _divisor_args(k))
+
+
 def _arg_decls(k) -> list:
     out = []
-    divs = _divisor_args(k)
-    for i, ad in enumerate(k.args):
+    for i, (ad, kind) in enumerate(zip(k.args, arg_kinds(k))):
         ad = _cd(ad)
-        if ad.is_float:
-            out.append(f"const {C_TYPE[ad]} arg{i} = ({C_TYPE[ad]})arg{i}_;")
-            if i in divs and ad is dt.float32:
-                out.append(f"const float argy{i} = 1.0f / arg{i};")
+        if kind == "f64":
+            out.append(f"const double arg{i} = arg{i}_;")
+        elif kind in ("f32", "f32/"):
+            # the f32's bits (and a divisor's reciprocal's) as the host packed them
+            out.append(f"const float arg{i} = __uint_as_float((uint32_t)arg{i}_);")
+            if kind == "f32/":
+                out.append(f"const float argy{i} = __uint_as_float((uint32_t)(arg{i}_ >> 32));")
                 lo, hi = (f"{float.hex(b)}f" for b in DIVM_RANGE)
                 out.append(f"const bool argok{i} = fabsf(arg{i}) >= {lo} && "
                            f"fabsf(arg{i}) <= {hi};")

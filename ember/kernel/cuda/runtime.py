@@ -35,8 +35,9 @@ from ..autotune import shape_bucket, structure_hash
 from ..launch_signature import input_ranges, launch_signature
 from .compiler import default_arch, get_compiler
 from .device import cupy_or_reason, cuda_runtime_major, device_info
+from . import scalars
 from .launch import MAX_PARAMS, DirectLauncher
-from .render import Options, render
+from .render import Options, arg_kinds, render
 from .tune import DEFAULT, CudaVariant, get_tuner, min_work
 
 __all__ = ["CudaKernelRuntime", "CudaProgram", "default_runtime"]
@@ -55,13 +56,17 @@ class CudaProgram:
     in use (the default until the autotuner picks one)."""
 
     __slots__ = ("kernel", "source", "key", "mode", "rendered", "n_in", "n_out", "out_shapes",
-                 "out_dtypes", "in_np", "ranges", "arg_float", "numel", "work", "variant",
-                 "tuned", "tune_key", "_built", "_lock", "_fast", "out_alloc", "_seen",
-                 "__weakref__")
+                 "out_dtypes", "in_np", "ranges", "arg_kinds", "arg_convert", "numel", "work",
+                 "variant", "tuned", "tune_key", "_built", "_lock", "_fast", "out_alloc",
+                 "_seen", "__weakref__")
 
     def __repr__(self):
         return (f"CudaProgram({type(self.kernel).__name__} {tuple(self.kernel.shape)}, "
                 f"mode={self.mode}, key={self.key[:12]})")
+
+
+#: a scalar parameter as CuPy's launch takes it, by kind (`scalars`)
+_NP_PARAM = {"f64": np.float64, "f32": np.uint64, "f32/": np.uint64, "int": np.int64}
 
 
 def _bf16_np():
@@ -196,7 +201,8 @@ class CudaKernelRuntime:
             p.numel = int(np.prod(p.out_shapes[0], dtype=np.int64)) if p.out_shapes[0] else 1
             p.work = rd.work
             p.ranges = input_ranges(kernel)
-            p.arg_float = tuple(ir.compute_dtype(d).is_float for d in kernel.args)
+            p.arg_kinds = arg_kinds(kernel)
+            p.arg_convert = tuple(scalars.CONVERT[k] for k in p.arg_kinds)
             p.variant = variant
             p.tuned = explicit or not self.autotune
             p.tune_key = None
@@ -247,7 +253,7 @@ class CudaKernelRuntime:
         b.n_params = (len(p.kernel.inputs) + p.n_out + int(rd.has_scratch)
                       + len(p.kernel.args) + int(rd.has_aligned))
         b.fmt = "=" + "Q" * (len(p.kernel.inputs) + p.n_out + int(rd.has_scratch)) + \
-            "".join("d" if f else "q" for f in p.arg_float) + ("q" if rd.has_aligned else "")
+            "".join(scalars.FMT[k] for k in p.arg_kinds) + ("q" if rd.has_aligned else "")
         b.module = mod
         p._built[bkey] = b
         return b
@@ -377,14 +383,13 @@ class CudaKernelRuntime:
 
     @staticmethod
     def _arg_values(prog: CudaProgram, args) -> list:
-        """Scalars as the kernel takes them: floats as Python floats (doubles), ints wrapped
-        to int64."""
-        kinds = prog.arg_float
-        if len(args) != len(kinds):
-            raise ShapeError(f"launch: the kernel takes {len(kinds)} scalar args, got "
+        """Scalars as the kernel takes them (`scalars`: f64 as doubles, f32 as their bits,
+        a divisor's with its reciprocal's, ints wrapped to int64)."""
+        convert = prog.arg_convert
+        if len(args) != len(convert):
+            raise ShapeError(f"launch: the kernel takes {len(convert)} scalar args, got "
                              f"{len(args)}")
-        return [float(x) if f else ((int(x) + (1 << 63)) % (1 << 64)) - (1 << 63)
-                for x, f in zip(args, kinds)]
+        return [c(x) for x, c in zip(args, convert)]
 
     def _launch(self, program: CudaProgram, inputs, args, outputs, variant=None) -> None:
         dev = self._cp.cuda.runtime.getDevice()
@@ -410,7 +415,7 @@ class CudaKernelRuntime:
         if b.has_scratch:
             scratch = self._cp.empty(b.scratch, np.uint8)
             ptrs.append(scratch.data.ptr)
-        argv = self._arg_values(program, args) if (args or program.arg_float) else []
+        argv = self._arg_values(program, args) if (args or program.arg_kinds) else []
         if b.has_aligned:
             ok = 1
             for i, al in b.aligned:
@@ -425,8 +430,7 @@ class CudaKernelRuntime:
         params = [*inputs, *outputs]
         if scratch is not None:
             params.append(scratch)
-        kinds = program.arg_float
-        params += [np.float64(x) if f else np.int64(x) for x, f in zip(argv, kinds)]
+        params += [_NP_PARAM[k](x) for x, k in zip(argv, program.arg_kinds)]
         if b.has_aligned:
             params.append(np.int32(argv[-1]))
         params = tuple(params)
