@@ -70,11 +70,11 @@ from ... import dtype as dt
 from .. import ir
 from ..c_family import (C_TYPE, LOW, SIZE, UNSIGNED, WIDE, Dialect, ScopeBase, Src, contig,
                         loads_of, nodes, prod, uses_index)
-from . import scalars as _scalars
-from .scalars import DIVM_RANGE  # noqa: F401  (the divisors `_DIVM` serves; others divide)
 from ..c_family import cast_code as _cast_code
 from ..c_family import load_code as _load_code
 from ..c_family import store_code as _store_code
+from . import scalars as _scalars
+from .scalars import DIVM_RANGE  # noqa: F401  (the divisors `_DIVM` serves; others divide)
 
 __all__ = ["Options", "Launch", "Rendered", "render", "render_flat", "fits_idx32",
            "default_vec", "FLAT_NAME"]
@@ -291,10 +291,9 @@ def _const_divisor(e) -> bool:
             and isinstance(e.b, (ir.Arg, ir.Const)) and _cd(e.b.dtype) is dt.float32)
 
 
-
 # x / c for a divisor c that is the same for every element (a scalar Arg or a constant),
-# given y = 1 / c rounded to f32 (by the host: `scalars`): the same bits as the IEEE division,
-# in a multiply and two FMAs instead of the division's reciprocal, Newton steps, range
+# given y = 1 / c rounded to f32 (by the host, `scalars`): the IEEE division's bits, in a
+# multiply and two FMAs instead of the division's reciprocal, Newton steps, range
 # check and branch, all in f32 (an f64 multiply by 1 / (double)c, exact as well, costs two
 # conversions that run at 1/8 of the f32 rate and left a custom GELU short of the copy
 # bandwidth). Markstein's correction: q0 = x * y is within an ulp of x / c, so the
@@ -392,6 +391,11 @@ def _collapse(sizes, strides, merge: bool):
     return sizes, strides, dims
 
 
+#: the C type of a scalar arg's parameter, by kind (`scalars`)
+_ARG_CTYPE = {"f64": "double", "f32": "unsigned long long", "f32/": "unsigned long long",
+              "int": "long long"}
+
+
 def _params(k, out_dtypes, scratch: bool, aligned: bool) -> str:
     ps = []
     for b, v in enumerate(k.inputs):
@@ -400,10 +404,8 @@ def _params(k, out_dtypes, scratch: bool, aligned: bool) -> str:
         ps.append(f"{_storage(od)} *__restrict__ out{i}")
     if scratch:
         ps.append("char *__restrict__ scratch")
-    ctype = {"f64": "double", "f32": "unsigned long long", "f32/": "unsigned long long",
-             "int": "long long"}
     for i, kind in enumerate(arg_kinds(k)):
-        ps.append(f"const {ctype[kind]} arg{i}_")
+        ps.append(f"const {_ARG_CTYPE[kind]} arg{i}_")
     if aligned:
         ps.append("const int ember_aligned")
     return ", ".join(ps)
@@ -431,7 +433,8 @@ def _arg_decls(k) -> list:
             # the f32's bits (and a divisor's reciprocal's) as the host packed them
             out.append(f"const float arg{i} = __uint_as_float((uint32_t)arg{i}_);")
             if kind == "f32/":
-                out.append(f"const float argy{i} = __uint_as_float((uint32_t)(arg{i}_ >> 32));")
+                out.append(f"const float argy{i} = "
+                           f"__uint_as_float((uint32_t)(arg{i}_ >> 32));")
                 lo, hi = (f"{float.hex(b)}f" for b in DIVM_RANGE)
                 out.append(f"const bool argok{i} = fabsf(arg{i}) >= {lo} && "
                            f"fabsf(arg{i}) <= {hi};")

@@ -34,8 +34,8 @@ from .. import ir
 from ..autotune import shape_bucket, structure_hash
 from ..launch_signature import input_ranges, launch_signature
 from .compiler import default_arch, get_compiler
-from .device import cupy_or_reason, cuda_runtime_major, device_info
 from . import scalars
+from .device import cupy_or_reason, cuda_runtime_major, device_info
 from .launch import MAX_PARAMS, DirectLauncher
 from .render import Options, arg_kinds, render
 from .tune import DEFAULT, CudaVariant, get_tuner, min_work
