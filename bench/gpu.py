@@ -111,8 +111,7 @@ except ImportError:            # run from a checkout without `pip install -e .`
     import ember as em  # noqa: E402
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gpu_telemetry  # noqa: E402
+import gpu_telemetry  # noqa: E402  (bench/, the script's own directory)
 
 SQRT2 = math.sqrt(2.0)
 LN_EPS = 1e-5

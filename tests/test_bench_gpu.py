@@ -172,6 +172,38 @@ def test_time_group_results_are_the_interleaved_repeats_not_the_calibration():
     assert m["c"]["repeats"] == 1 and m["c"]["best_s"] > 0.0009
 
 
+def test_a_row_notes_the_gpus_state_while_timed():
+    """With a GPU sampler (`gpu_telemetry`), a row keeps the summary of the samples taken
+    while its contenders were timed, and notes it."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import gpu
+        import gpu_telemetry
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    import time as _time
+    windows = []
+
+    class Sampler:
+        def window(self, t0, t1):
+            windows.append((t0, t1))
+            return gpu_telemetry.summarize([gpu_telemetry.Sample(t0, 1410, 702.0, 700.0, 4)])
+    ctx = type("Ctx", (), {"target_s": 0.002, "repeat": 1, "budget_scale": 1.0,
+                           "telemetry": Sampler(), "free": lambda self: None,
+                           "unavailable": lambda self, family: None,
+                           "log": lambda self, s: None})()
+    row = gpu.Row(type("C", (), {"sizes": gpu.SIZES["cpu"]})(), 2, "TB/s", True, "a row")
+    before = _time.time()
+    row.run_group(ctx, [("a", "ember", lambda: gpu.Timed(lambda: None, lambda out: None,
+                                                         lambda m: {"value": 1.0},
+                                                         warmup=1))], 1.0)
+    assert len(windows) == 1 and before <= windows[0][0] <= windows[0][1] <= _time.time()
+    assert row.telemetry["slowdowns"] == {"power cap": 1.0}
+    assert any(n.startswith("GPU while timed (1 sample): SM clock 1410 MHz; power up to "
+                            "702 W of 700 W; power cap in 100% of samples") for n in row.notes)
+    assert row.to_json()["telemetry"] == row.telemetry
+
+
 def test_row2_reports_the_tuned_kernel_variant(monkeypatch):
     """The GELU row names the variant the autotuner left on its kernel (what decided the
     row), read from the CUDA runtime's programs; absent where there is no CUDA runtime."""
