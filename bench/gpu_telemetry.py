@@ -106,8 +106,10 @@ class Telemetry:
         if exe is None:
             self.why = "nvidia-smi not found"
             return
-        import pty
-        master, slave = pty.openpty()
+        if not hasattr(os, "openpty"):
+            self.why = "no pseudo-terminals on this platform"
+            return
+        master, slave = os.openpty()
         try:
             self._proc = subprocess.Popen(
                 [exe, f"--id={index}", f"--query-gpu={QUERY}",
