@@ -182,11 +182,11 @@ def _absent(e: BaseException) -> str:
 
 
 # -- contenders: the frameworks, imported once, each possibly absent ---------------------------
-def _visible_gpu() -> int:
-    """nvidia-smi's index of the GPU the contenders use (the first of
-    ``CUDA_VISIBLE_DEVICES`` where it lists indices)."""
-    first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
-    return int(first) if first.isdigit() else 0
+def _visible_gpu() -> str:
+    """nvidia-smi's ``--id`` of the GPU the contenders use: the first entry of
+    ``CUDA_VISIBLE_DEVICES`` (an index or a UUID, both of which nvidia-smi takes), else 0."""
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return first or "0"
 
 
 class Ctx:

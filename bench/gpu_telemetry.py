@@ -94,10 +94,11 @@ def describe(summary: dict) -> str:
 
 
 class Telemetry:
-    """Samples of one GPU every ``period_ms`` from now until `close`; ``why`` says why
-    there are none (no nvidia-smi, it failed to start)."""
+    """Samples of one GPU (``index``: nvidia-smi's ``--id``, an index or a UUID) every
+    ``period_ms`` from now until `close`; ``why`` says why there are none (no nvidia-smi,
+    it failed to start)."""
 
-    def __init__(self, index: int = 0, period_ms: int = 200, exe: str | None = None):
+    def __init__(self, index: int | str = 0, period_ms: int = 200, exe: str | None = None):
         self.samples: list[Sample] = []
         self.why = None
         self._proc = None

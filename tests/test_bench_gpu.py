@@ -204,6 +204,19 @@ def test_a_row_notes_the_gpus_state_while_timed():
     assert row.to_json()["telemetry"] == row.telemetry
 
 
+def test_the_sampled_gpu_is_the_first_visible_one(monkeypatch):
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import gpu
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    for env, want in (("", "0"), ("3,1", "3"), ("GPU-8f2a-11,2", "GPU-8f2a-11")):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", env)
+        assert gpu._visible_gpu() == want
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert gpu._visible_gpu() == "0"
+
+
 def test_row2_reports_the_tuned_kernel_variant(monkeypatch):
     """The GELU row names the variant the autotuner left on its kernel (what decided the
     row), read from the CUDA runtime's programs; absent where there is no CUDA runtime."""

@@ -80,7 +80,8 @@ def test_sampler_collects_a_rows_window_from_a_running_nvidia_smi(tmp_path):
         time.sleep(0.6)
         t1 = time.time()
         s = tel.window(t0, t1)
-        assert s is not None and 5 <= s["samples"] <= 16, s
+        # (12 at the stand-in's 50 ms; at least 3 on a loaded machine)
+        assert s is not None and 3 <= s["samples"] <= 16, s
         assert s["sm_mhz"][0] >= 1960 and s["sm_mhz"][1] <= 1980
         assert s["peak_w"] in (600.5, 601.5) and s["limit_w"] == 700.0
         assert 0.2 <= s["slowdowns"]["power cap"] <= 0.8

@@ -4,8 +4,9 @@ The same IR the C renderer takes (`ir.Elementwise`, `ir.Reduce`, ``broadcast=Tru
 included), with the same semantics: `ember.kernel.interpret`'s module doc is the contract.
 Shapes, strides and offsets are compile-time constants; a kernel's parameters are its input
 pointers, its output pointers, a scratch pointer (split reductions), its runtime scalars
-(float args as ``double``, int and bool args as ``long long``) and, for vectorized
-elementwise kernels, an ``aligned`` flag.
+(one 8-byte parameter each, as `scalars` encodes them: f64 as ``double``, f32 as its bits
+-- an f32 divisor's with its reciprocal's --, int and bool as ``long long``) and, for
+vectorized elementwise kernels, an ``aligned`` flag.
 
 Elementwise kernels
 -------------------
@@ -73,8 +74,8 @@ from ..c_family import (C_TYPE, LOW, SIZE, UNSIGNED, WIDE, Dialect, ScopeBase, S
 from ..c_family import cast_code as _cast_code
 from ..c_family import load_code as _load_code
 from ..c_family import store_code as _store_code
-from . import scalars as _scalars
-from .scalars import DIVM_RANGE  # noqa: F401  (the divisors `_DIVM` serves; others divide)
+from . import scalars
+from .scalars import DIVM_RANGE     # the divisors `_DIVM` serves (others divide)
 
 __all__ = ["Options", "Launch", "Rendered", "render", "render_flat", "fits_idx32",
            "default_vec", "FLAT_NAME"]
@@ -420,7 +421,7 @@ def _divisor_args(k) -> set:
 def arg_kinds(k) -> tuple:
     """How each scalar arg of kernel ``k`` is passed (`scalars`: ``"f64"``, ``"f32"``,
     ``"f32/"`` for an f32 divisor, ``"int"``)."""
-    return _scalars.kinds(k.args, _divisor_args(k))
+    return scalars.kinds(k.args, _divisor_args(k))
 
 
 def _arg_decls(k) -> list:
