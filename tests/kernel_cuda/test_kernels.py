@@ -152,6 +152,13 @@ def ew_cases():
                                        + ir.cast(ir.Index(1), dt.f32) * 10.0
                                        + ir.cast(ir.Index(2), dt.f32),), (dt.f32,))
     cases.append(("chunks vec 8 Index", k, [], [], CudaVariant(vec=8, block=32)))
+    # chunks that fill every step: no clamp, no store guard
+    xw = floats(1 << 15)
+    k = ir.Elementwise((xw.size,), (ir.BufferView(dt.f32, (1,)),),
+                       (ir.Load(0, dt.f32) * 3.0 - 1.0,), (dt.f32,))
+    for v, b in ((8, 128), (16, 32)):
+        cases.append((f"chunks vec {v} block {b} whole steps", k, [xw], [],
+                      CudaVariant(vec=v, block=b)))
 
     # f32 division by a kernel constant (an Arg, a Const; a multiply by the reciprocal and
     # a correction where the divisor and x are in range, else the division): the
@@ -175,6 +182,11 @@ def ew_cases():
     for c in (math.sqrt(2.0), 6.0, -2.5, float.fromhex("0x1.fffffep0"), 2.0 ** -20,
               2.0 ** 20, 2.0 ** 21, 3e-39, -1e30, 0.0, math.inf, math.nan):
         cases.append((f"division by a constant ({c})", k, [dx], [c], None))
+    dw = dx[:8192]          # the specials first; 2048 chunks: whole steps of 256
+    kw = ir.Elementwise((dw.size,), (ir.BufferView(dt.f32, (1,)),),
+                        (ir.Load(0, dt.f32) / ir.Arg(0, dt.f32),), (dt.f32,), (dt.f32,))
+    for c in (math.sqrt(2.0), 3e-39, math.inf):
+        cases.append((f"division by a constant, whole steps ({c})", kw, [dw], [c], None))
     k = ir.Elementwise((4099,), (ir.BufferView(dt.f16, (1,)),),
                        (ir.Load(0, dt.f16) / ir.Arg(0, dt.f16),), (dt.f16,), (dt.f16,))
     cases.append(("f16 division by an Arg", k, [h], [0.375], None))
@@ -341,6 +353,13 @@ def test_vector_widths_and_alignment():
     r8 = render(k, Options(vec=8, block=128))
     assert r8.vec == 8 and r8.aligned == (16, 16) and "ember_v_float_4x2" in r8.source
     assert r8.launches[0].items == (1 << 18) // 2 and "cb + 128" in r8.source
+    # 2^20 fills every step of 2 x 128 chunks: no chunk past the end to clamp or skip;
+    # 1000003 does not
+    assert "NC - 1" not in r8.source and "< NC)" not in r8.source
+    kt = ir.Elementwise((1000003,), (ir.BufferView(dt.f32, (1,)),),
+                        (ir.Load(0, dt.f32) * 2.0,), (dt.f32,))
+    rt8 = render(kt, Options(vec=8, block=128)).source
+    assert "(c0 < NC ? c0 : NC - 1)" in rt8 and "if (c1 < NC)" in rt8
     # an offset that is not a multiple of the width: no vector loads from that input
     ko = ir.Elementwise((1 << 20,), (ir.BufferView(dt.f32, (1,), 1),),
                         (ir.Load(0, dt.f32) * 2.0,), (dt.f32,))

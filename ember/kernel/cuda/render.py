@@ -561,6 +561,7 @@ def _render_elementwise(k: ir.Elementwise, gen: _Gen, I: str, opts: Options) -> 
     if W > 1:
         NC = N // W                   # chunks of W elements
         NS = -(-NC // (block * U)) * block if U > 1 else NC
+        whole = NC % (block * U) == 0     # every step's chunks exist: no clamp, no guard
         src.open("if (ember_aligned)")
         src(f"const {I} NC = {NC}; (void)NC;")
         src.open(f"for ({I} g = tid; g < {NS}; g += nth)")
@@ -571,11 +572,14 @@ def _render_elementwise(k: ir.Elementwise, gen: _Gen, I: str, opts: Options) -> 
 
         def chunk(u, store=False):
             """Open chunk u's block (closed by `end`): its first element e0, the offsets
-            o<b> and the indices. A chunk past the end (U > 1) loads and computes the last
-            chunk again (no branch among the chunks' values) and stores nothing."""
+            o<b> and the indices. A chunk past the end (U > 1, chunks that do not fill the
+            last step) loads and computes the last chunk again (no branch among the
+            chunks' values) and stores nothing."""
             src.open("")
             if U == 1:
                 src(f"const {I} e0 = g * {W};")
+            elif whole:
+                src(f"const {I} e0 = (cb + {u * block}) * {W};")
             elif store:
                 src(f"const {I} c{u} = cb + {u * block};")
                 src.open(f"if (c{u} < NC)")
@@ -586,7 +590,7 @@ def _render_elementwise(k: ir.Elementwise, gen: _Gen, I: str, opts: Options) -> 
             _decompose(src, I, "e0", sizes, cstrides, offs, nb)
 
         def end(store=False):
-            if U > 1 and store:
+            if U > 1 and store and not whole:
                 src.close()
             src.close()
 
