@@ -58,9 +58,10 @@ stop the clock; best of repeats (the median is saved too). Each contender first 
 first call (its compile time, where it compiles) and warm-up calls; then the repeats of a
 row's contenders are interleaved (A B C A B C ...), so a drift of the GPU's clocks or
 temperature falls on all of them alike. Each row has a time budget that bounds its repeats.
-Between rows the Python heap is collected and frozen (``gc.freeze``), so objects earlier rows
-left alive are not walked by later full collections; a row notes the full collections that
-still fell in its timing. On a GPU, ``nvidia-smi`` samples the SM clock, power and throttle
+Between rows, and in a row after its contenders' first calls, the Python heap is collected and
+frozen (``gc.freeze``), so objects earlier rows or the first calls (compilation) left alive are
+not walked by later full collections; a row notes the full collections that still fell in its
+timing. On a GPU, ``nvidia-smi`` samples the SM clock, power and throttle
 reasons in the background (`gpu_telemetry`): each row notes its clock range, peak power and
 how often a power or thermal cap held while it was timed.
 Inductor and Triton get empty cache dirs for the run, so torch.compile's compile times are
@@ -87,6 +88,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import argparse  # noqa: E402
 import atexit  # noqa: E402
+import contextlib  # noqa: E402
 import datetime  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
@@ -394,15 +396,16 @@ def _calibrate(t: Timed, target_s: float) -> tuple[int, float]:
         n = min(1 << 16, max(2 * n, int(n * target_s / max(dt, 1e-9))))
 
 
-def time_group(timed: dict, ctx: "Ctx", budget_s: float) -> dict:
+def time_group(timed: dict, ctx: "Ctx", budget_s: float, gc_watch=None) -> dict:
     """Seconds per call of each contender: its first call (compiles included), warm-up
     calls and calibration in turn, then the repeats of all contenders interleaved (A B C A B
     C ...) so that a drift of the GPU's clocks or temperature falls on all alike; at most
     ``ctx.repeat`` repeats each, fewer when ``budget_s`` runs out. Only the interleaved
     repeats are results (a calibration ran alone: the first contender's on a GPU still cool,
     at boost clocks an H200 under a long bf16 product does not keep); the calibration sample
-    counts only for a contender that got no repeat. Returns ``{name: timing dict}``, or
-    ``{name: exception}`` for a contender that failed."""
+    counts only for a contender that got no repeat. ``gc_watch`` (a `GcWatch`) is entered
+    for the repeats. Returns ``{name: timing dict}``, or ``{name: exception}`` for a
+    contender that failed."""
     out, state = {}, {}
     for name, t in timed.items():
         try:
@@ -412,11 +415,29 @@ def time_group(timed: dict, ctx: "Ctx", budget_s: float) -> dict:
                            "last": dt}
         except Exception as e:  # noqa: BLE001
             out[name] = e
+    # what the first calls built and keep (torch.compile's graphs of this row's model, ember's
+    # plans and kernels) is frozen too, as between rows: full collections during the repeats
+    # walk only what the repeats allocate
+    gc.collect()
+    gc.freeze()
+    with gc_watch if gc_watch is not None else contextlib.nullcontext():
+        _interleave(timed, state, out, ctx.repeat, budget_s)
+    for name, s in state.items():
+        if name not in out:
+            ts = s["times"] or [s["calibration"]]
+            out[name] = {"best_s": min(ts), "median_s": statistics.median(ts), "calls": s["n"],
+                         "repeats": len(ts), "first_call_s": s["first_call_s"]}
+    return out
+
+
+def _interleave(timed: dict, state: dict, out: dict, repeat: int, budget_s: float) -> None:
+    """The repeats of `time_group`: each contender's in turn until each has ``repeat`` or
+    the budget would run out; a contender that fails gets its exception in ``out``."""
     start = time.perf_counter()
     while True:
         progressed = False
         for name, s in state.items():
-            if name in out or len(s["times"]) >= ctx.repeat:
+            if name in out or len(s["times"]) >= repeat:
                 continue
             if time.perf_counter() - start + s["last"] > budget_s:
                 continue
@@ -429,12 +450,6 @@ def time_group(timed: dict, ctx: "Ctx", budget_s: float) -> dict:
             progressed = True
         if not progressed:
             break
-    for name, s in state.items():
-        if name not in out:
-            ts = s["times"] or [s["calibration"]]
-            out[name] = {"best_s": min(ts), "median_s": statistics.median(ts), "calls": s["n"],
-                         "repeats": len(ts), "first_call_s": s["first_call_s"]}
-    return out
 
 
 class Row:
@@ -479,8 +494,8 @@ class Row:
                 except Exception as e:  # noqa: BLE001  (an op not there yet, a peer failing)
                     self._fail(ctx, name, e)
         t0 = time.time()
-        with GcWatch() as gcw:
-            measured = time_group(timed, ctx, budget_s * ctx.budget_scale)
+        gcw = GcWatch()
+        measured = time_group(timed, ctx, budget_s * ctx.budget_scale, gcw)
         if ctx.telemetry is not None:
             self.telemetry = ctx.telemetry.window(t0, time.time())
             if self.telemetry is not None:

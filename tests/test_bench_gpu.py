@@ -172,6 +172,36 @@ def test_time_group_results_are_the_interleaved_repeats_not_the_calibration():
     assert m["c"]["repeats"] == 1 and m["c"]["best_s"] > 0.0009
 
 
+def test_time_group_freezes_what_first_calls_built_and_watches_the_repeats():
+    """What contenders' first calls keep (a compiler's graphs) is frozen before the repeats,
+    so full collections during them do not walk it; the `GcWatch` counts the collections of
+    the repeats (here one a call), not time_group's own."""
+    import gc
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import gpu
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    kept, calls = [], [0]
+
+    def fn():
+        calls[0] += 1
+        if calls[0] == 1:
+            kept.extend({"node": i} for i in range(20000))
+        elif calls[0] > 3:           # after the first call, warm-up and calibration
+            gc.collect()
+    ctx = type("Ctx", (), {"target_s": 0.0, "repeat": 2})()
+    watch = gpu.GcWatch()
+    gc.unfreeze()
+    try:
+        m = gpu.time_group({"a": gpu.Timed(fn, lambda out: None, None, warmup=1)}, ctx,
+                           budget_s=5.0, gc_watch=watch)
+        assert gc.get_freeze_count() >= len(kept) == 20000
+    finally:
+        gc.unfreeze()
+    assert m["a"]["repeats"] == 2 and watch.full == m["a"]["calls"] * 2
+
+
 def test_a_row_notes_the_gpus_state_while_timed():
     """With a GPU sampler (`gpu_telemetry`), a row keeps the summary of the samples taken
     while its contenders were timed, and notes it."""
