@@ -20,6 +20,20 @@ from ember.kernel.interpret import evaluate
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
+#: C that lets CUDA device helpers compile as plain C on the CPU (their headers and the two
+#: bit casts CUDA provides)
+C_PRELUDE = r"""
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdbool.h>
+static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+"""
+
+
 def nvrtc_or_skip(cache_root) -> CudaCompiler:
     c = CudaCompiler(cache_root=cache_root)
     if not c.available:

@@ -14,7 +14,7 @@ import pytest
 
 from ember.kernel.c.compiler import find_compiler
 from ember.kernel.cuda import render as R
-from tests.kernel_cuda._util import gpu_or_skip, nvrtc_or_skip
+from tests.kernel_cuda._util import C_PRELUDE, gpu_or_skip, nvrtc_or_skip
 
 # divisors in range (powers of two, all-ones mantissas, the range's ends, negative ones,
 # GELU's sqrt(2)) and out of it (the division runs for every x)
@@ -43,16 +43,7 @@ EMBER_CHECK long long ember_check(float c, unsigned long long lo, unsigned long 
 _CHECK = _CHECK.replace("LO", f"{float.hex(R.DIVM_RANGE[0])}f").replace(
     "HI", f"{float.hex(R.DIVM_RANGE[1])}f")
 
-_C_PRELUDE = r"""
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
-#include <stdbool.h>
-#define EMBER_D static inline
-#define EMBER_CHECK
-static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-"""
+_C_PRELUDE = C_PRELUDE + "#define EMBER_D static inline\n#define EMBER_CHECK\n"
 
 
 def test_divisor_range():
@@ -69,8 +60,6 @@ def test_helpers_give_the_division_on_the_cpu(tmp_path):
         pytest.skip(f"no C compiler: {why}")
     src = tmp_path / "check.c"
     src.write_text(_C_PRELUDE + R._DIVM + "\n" + _CHECK + r"""
-#include <stdio.h>
-#include <stdlib.h>
 int main(int argc, char **argv) {
   long long bad = 0;
   for (int a = 1; a < argc; a++) {

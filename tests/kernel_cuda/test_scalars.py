@@ -17,6 +17,7 @@ from ember.kernel.c.compiler import find_compiler
 from ember.kernel.cuda import render as R
 from ember.kernel.cuda import scalars as S
 from ember.kernel.cuda.runtime import CudaKernelRuntime
+from tests.kernel_cuda._util import C_PRELUDE
 
 RNG = np.random.default_rng(11)
 
@@ -89,18 +90,6 @@ def test_arg_values_convert_each_kind_and_count_them():
         CudaKernelRuntime._arg_values(prog, [1.0, 2.0, 3.0])
 
 
-_PRELUDE = r"""
-#include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <stdbool.h>
-static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-"""
-
-
 def test_the_kernels_declarations_decode_what_the_host_encodes(tmp_path):
     """The rendered declarations of an f32 divisor, an f32 and an f64 arg, compiled as C
     with the host's parameters: the values, the reciprocal and the range flag the kernel
@@ -118,7 +107,7 @@ def test_the_kernels_declarations_decode_what_the_host_encodes(tmp_path):
     assert params[-3:] == ["const unsigned long long arg0_", "const unsigned long long arg1_",
                            "const double arg2_"]
     src = tmp_path / "decode.c"
-    src.write_text(_PRELUDE + r"""
+    src.write_text(C_PRELUDE + r"""
 static void decode(unsigned long long arg0_, unsigned long long arg1_, double arg2_) {
   """ + decls + r"""
   printf("%08x %08x %d %08x %.17g\n", __float_as_uint(arg0), __float_as_uint(argy0),
