@@ -403,8 +403,9 @@ def time_group(timed: dict, ctx: "Ctx", budget_s: float, gc_watch=None) -> dict:
     ``ctx.repeat`` repeats each, fewer when ``budget_s`` runs out. Only the interleaved
     repeats are results (a calibration ran alone: the first contender's on a GPU still cool,
     at boost clocks an H200 under a long bf16 product does not keep); the calibration sample
-    counts only for a contender that got no repeat. ``gc_watch`` (a `GcWatch`) is entered
-    for the repeats. Returns ``{name: timing dict}``, or ``{name: exception}`` for a
+    counts only for a contender that got no repeat. Before the repeats the heap is collected
+    and frozen (what the first calls built is not walked again); ``gc_watch`` (a `GcWatch`)
+    is entered for the repeats. Returns ``{name: timing dict}``, or ``{name: exception}`` for a
     contender that failed."""
     out, state = {}, {}
     for name, t in timed.items():

@@ -192,6 +192,7 @@ def test_time_group_freezes_what_first_calls_built_and_watches_the_repeats():
             gc.collect()
     ctx = type("Ctx", (), {"target_s": 0.0, "repeat": 2})()
     watch = gpu.GcWatch()
+    was_frozen = gc.get_freeze_count()      # (the process's own freeze, restored after)
     gc.unfreeze()
     try:
         m = gpu.time_group({"a": gpu.Timed(fn, lambda out: None, None, warmup=1)}, ctx,
@@ -199,6 +200,8 @@ def test_time_group_freezes_what_first_calls_built_and_watches_the_repeats():
         assert gc.get_freeze_count() >= len(kept) == 20000
     finally:
         gc.unfreeze()
+        if was_frozen:
+            gc.freeze()
     assert m["a"]["repeats"] == 2 and watch.full == m["a"]["calls"] * 2
 
 
