@@ -63,7 +63,9 @@ frozen (``gc.freeze``), so objects earlier rows or the first calls (compilation)
 not walked by later full collections; a row notes the full collections that still fell in its
 timing. On a GPU, ``nvidia-smi`` samples the SM clock, power and throttle
 reasons in the background (`gpu_telemetry`): each row notes its clock range, peak power and
-how often a power or thermal cap held while it was timed.
+how often a power or thermal cap held while it was timed. Each timed row also notes the host's
+speed after its timing (`host_loop_ns`: a fixed pure-Python loop, against the run's start):
+host-bound rows (6-9) slow down in a process on a busy or throttled VM, GPU-bound peers do not.
 Inductor and Triton get empty cache dirs for the run, so torch.compile's compile times are
 those of a first run. A contender that is not installed, or fails, is reported *absent* with
 the reason; each ember measurement is independent, so one failure hides no other. Results are
@@ -209,6 +211,7 @@ class Ctx:
             (lambda s: print(s, file=sys.stderr, flush=True))
         self.absent: dict[str, str] = {}
         self.copy_bw = None             # bytes/s, set by row 1
+        self.host_loop_ns = host_loop_ns()  # the host's speed at the start (`host_loop_ns`)
         self.torch = self._torch()
         self.jax, self.jax_dev = self._jax()
         self.xp = self._array_library()
@@ -321,6 +324,24 @@ class Ctx:
 
 
 # -- timing ---------------------------------------------------------------------------------
+#: iterations of `host_loop_ns`'s loop
+HOST_LOOP = 100_000
+
+
+def host_loop_ns(rounds: int = 5) -> float:
+    """The host's speed now: nanoseconds an iteration of a fixed pure-Python loop, the best of
+    ``rounds`` (about 25 ms in all). A process on a busy or throttled VM shows it as a larger
+    number; host-bound rows (6-9) slow down with it while GPU-bound peers do not."""
+    best = math.inf
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        acc = 0
+        for i in range(HOST_LOOP):
+            acc += i * i
+        best = min(best, time.perf_counter() - t0)
+    return best / HOST_LOOP * 1e9
+
+
 class GcWatch:
     """Counts Python's full (generation 2) garbage collections and their time while entered:
     a pause of the host shows in a host-bound row, and the row notes it."""
@@ -467,6 +488,7 @@ class Row:
         self.targets: list[dict] = []
         self.notes: list[str] = []
         self.telemetry = None               # the GPU's clock and power while timed
+        self.host_loop_ns = None            # the host's speed after the timing (`host_loop_ns`)
 
     def _available(self, ctx: "Ctx", name: str, family: str) -> bool:
         self.order.append(name)
@@ -501,6 +523,10 @@ class Row:
             self.telemetry = ctx.telemetry.window(t0, time.time())
             if self.telemetry is not None:
                 self.notes.append(gpu_telemetry.describe(self.telemetry))
+        self.host_loop_ns = host_loop_ns()
+        ref = ctx.host_loop_ns
+        self.notes.append(f"host: Python's reference loop {self.host_loop_ns:.1f} ns an "
+                          f"iteration after the timing ({ref:.1f} at the run's start)")
         if gcw.full:
             self.notes.append(f"Python's full garbage collections while timed: {gcw.full}, "
                               f"{gcw.full_ms:.0f} ms in all ({gc.get_freeze_count()} objects "
@@ -552,7 +578,8 @@ class Row:
         return {"title": self.title, "unit": self.unit, "order": self.order,
                 "higher_is_better": self.higher, "definition": self.definition,
                 "results": self.results, "absent": self.absent, "targets": self.targets,
-                "notes": self.notes, "telemetry": self.telemetry}
+                "notes": self.notes, "telemetry": self.telemetry,
+                "host_loop_ns": self.host_loop_ns}
 
 
 def _ratio(a, b):
@@ -1563,6 +1590,7 @@ def machine(ctx: Ctx) -> dict:
         "telemetry": None if ctx.telemetry is None else (ctx.telemetry.why or "nvidia-smi"),
         "cpu": cpu_name(),
         "cpus": cpu_count()[1],
+        "host_loop_ns": ctx.host_loop_ns,
         "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
         "python": platform.python_version(),
         "ember": em.__version__,
@@ -1615,7 +1643,9 @@ def report(res: dict) -> str:
               f"{m['date']}", where,
               f"Python {m['python']}, numpy {m['numpy']}, torch {m['torch'] or 'absent'}, "
               f"triton {m['triton'] or 'absent'}, jax {m['jax'] or 'absent'}, cupy "
-              f"{m['cupy'] or 'absent'}", ""]
+              f"{m['cupy'] or 'absent'}",
+              f"host: {m['cpu']}, {m['cpus']} CPUs; Python's reference loop "
+              f"{m['host_loop_ns']:.1f} ns an iteration at the start", ""]
     for num in sorted(res["rows"], key=int):
         r = res["rows"][num]
         lines.append(f"({num}) {r['title']} [{r['unit']}, "

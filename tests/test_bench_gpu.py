@@ -43,6 +43,7 @@ def test_table_has_every_row_the_targets_and_the_smoke_banner(run):
         assert title in text
     assert "\ntargets (CPU logic test" in text
     assert "layer norm" not in text                 # row 4 was not asked for
+    assert "Python's reference loop" in text.split("(1)")[0]      # the header's host line
 
 
 def test_json_holds_the_rows_machine_and_targets(run):
@@ -54,6 +55,11 @@ def test_json_holds_the_rows_machine_and_targets(run):
     for num in ROWS:
         row = res["rows"][num]
         assert set(row["order"]) == set(row["results"]) | set(row["absent"])
+        # the host's speed after each row's timing, next to the run's start (slow-host
+        # processes show in host-bound rows)
+        assert row["host_loop_ns"] > 0
+        assert any(n.startswith("host: Python's reference loop") for n in row["notes"])
+    assert m["host_loop_ns"] > 0
     verdicts = [t for num in ROWS for t in res["rows"][num]["targets"]]
     assert len(verdicts) == 5                       # 2 for GELU, one each for 6, 7, 9
     for t in verdicts:
@@ -223,6 +229,7 @@ def test_a_row_notes_the_gpus_state_while_timed():
             return gpu_telemetry.summarize([gpu_telemetry.Sample(t0, 1410, 702.0, 700.0, 4)])
     ctx = type("Ctx", (), {"target_s": 0.002, "repeat": 1, "budget_scale": 1.0,
                            "telemetry": Sampler(), "free": lambda self: None,
+                           "host_loop_ns": 10.0,
                            "unavailable": lambda self, family: None,
                            "log": lambda self, s: None})()
     row = gpu.Row(type("C", (), {"sizes": gpu.SIZES["cpu"]})(), 2, "TB/s", True, "a row")
@@ -235,6 +242,8 @@ def test_a_row_notes_the_gpus_state_while_timed():
     assert any(n.startswith("GPU while timed (1 sample): SM clock 1410 MHz; power up to "
                             "702 W of 700 W; power cap in 100% of samples") for n in row.notes)
     assert row.to_json()["telemetry"] == row.telemetry
+    assert any(n.startswith("host: Python's reference loop") and n.endswith(
+        "(10.0 at the run's start)") for n in row.notes)
 
 
 def test_the_sampled_gpu_is_the_first_visible_one(monkeypatch):
