@@ -60,6 +60,24 @@ def test_tuner_confirms_the_winner_against_the_default(tmp_path):
         "cuda|fast", [], lambda v: 1 / 0) == v
 
 
+def test_tuner_duels_a_candidate_displacing_another_winner(tmp_path):
+    """A candidate that beats the descent's current winner (not the default) on one timing
+    is timed against it again, alternately, before it takes its place: here block 512 is
+    timed fast once (a clock drift) and slower after, and block 128 stays."""
+    calls = []
+
+    def drifting(v):
+        calls.append(v)
+        if v == CudaVariant():
+            return 2.0
+        if v.block == 128:
+            return 1.0
+        return 0.9 if calls.count(v) == 1 else 1.2
+    t = CudaTuner(cache_root=tmp_path, enabled=True, budget_s=5.0, tune_after=0)
+    assert t.choose("cuda|drift", [("block", [128, 512])], drifting) == CudaVariant(block=128)
+    assert calls.count(CudaVariant(block=512)) == 3         # the descent's, then two in the duel
+
+
 @pytest.fixture(scope="module")
 def rt(tmp_path_factory):
     return gpu_or_skip(tmp_path_factory.mktemp("cuda-rt"))

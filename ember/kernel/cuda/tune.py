@@ -13,7 +13,8 @@ Tuning is synchronous, on a key's second launch (the first runs the default vari
 included), for kernels of at least ``EMBER_CUDA_AUTOTUNE_MIN_WORK`` elements (default
 2**20); it times each candidate with CUDA events on the current stream (so that launch
 synchronizes once). Candidates go by coordinate descent; a candidate must be 3% faster to
-win. The winner is stored under ``cuda|<structure>|<shape bucket>|<device>|v1``.
+win, and one displacing a winner other than the default is timed against it again in the
+order a b b a (the shared tuner's `_duel`) before it takes its place. The winner is stored under ``cuda|<structure>|<shape bucket>|<device>|v1``.
 """
 from __future__ import annotations
 
@@ -96,6 +97,11 @@ class CudaTuner(Autotuner):
     #: alternating re-measurements of the descent's winner and the default (each side)
     CONFIRM = 3
 
+    def _time(self, run, v, reps):
+        """The best of ``reps`` GPU timings (``run`` warms up and times with events)."""
+        self.stats["benchmarks"] += 1
+        return min(run(v) for _ in range(reps))
+
     def _tune(self, axes, run, default):
         deadline = time.perf_counter() + self.budget_s
         t_def = run(default)
@@ -114,7 +120,14 @@ class CudaTuner(Autotuner):
                     continue
                 self.stats["benchmarks"] += 1
                 if t < best_t * 0.97:
-                    best, best_t = cand, t
+                    if best == default:
+                        best, best_t = cand, t          # (`_confirm` re-times the default)
+                        continue
+                    t_best, t = self._duel(run, best, cand, 1)
+                    if t < t_best * 0.97:
+                        best, best_t = cand, t
+                    else:
+                        best_t = t_best
         if best != default:
             best, best_t, t_def = self._confirm(run, best, default)
         return best, best_t, t_def
