@@ -81,9 +81,14 @@ def _check(op, x, weight, bias, has_bias):
         raise err
 
 
+def out_meta(x, weight):
+    """The product's (shape, dtype) for inputs the primitive takes (`fits`)."""
+    return (x._shape[:-1] + (weight._shape[1],), x._dtype)
+
+
 def _infer(x, weight, *bias, has_bias):
     _check(_OP, x, weight, bias[0] if bias else None, has_bias)
-    return (x._shape[:-1] + (weight._shape[1],), x._dtype)
+    return out_meta(x, weight)
 
 
 def _numpy(x, weight, *bias, has_bias, xp=np):
@@ -182,4 +187,4 @@ LINEAR_BACKWARD = declare(
     doc="a linear layer's gradients from g (the output's): [dx = g @ weight^T if need_x], "
         "dweight = x^T g over all rows, [dbias = sum(g) over the leading dims if has_bias]")
 
-__all__ = ["LINEAR", "LINEAR_BACKWARD", "fits", "misfit"]
+__all__ = ["LINEAR", "LINEAR_BACKWARD", "fits", "misfit", "out_meta"]

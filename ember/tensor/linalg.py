@@ -105,7 +105,7 @@ def linear(x, weight, bias=None):
         # one op each way (`ember.ops.linear`): under Fusion the forward decomposes as below;
         # the inputs are checked (`fits`), so the op's own check is not run again
         return apply(LIN.LINEAR, (x, weight) if bias is None else (x, weight, bias),
-                     {"has_bias": bias is not None}, (xs[:-1] + (ws[1],), x._dtype))
+                     {"has_bias": bias is not None}, LIN.out_meta(x, weight))
     out = matmul(x, weight)                 # (1-d inputs, mixed dtypes, a broadcast bias)
     return out + bias if bias is not None else out
 
