@@ -75,7 +75,7 @@ from ..c_family import cast_code as _cast_code
 from ..c_family import load_code as _load_code
 from ..c_family import store_code as _store_code
 from . import scalars
-from .scalars import DIVM_RANGE     # the divisors `_DIVM` serves (others divide)
+from .scalars import DIVM_RANGE, divm_ok     # the divisors `_DIVM` serves (others divide)
 
 __all__ = ["Options", "Launch", "Rendered", "render", "render_flat", "fits_idx32",
            "default_vec", "FLAT_NAME"]
@@ -320,11 +320,6 @@ _DIVK = ("EMBER_D float ember_divk(float x, float c, float y, bool c_ok) {\n"
          "}")
 
 
-def divm_ok(c: float) -> bool:
-    """Whether `_DIVM` serves the f32 divisor ``c`` (NaN: no)."""
-    return DIVM_RANGE[0] <= abs(float(np.float32(c))) <= DIVM_RANGE[1]
-
-
 class _Scope(ScopeBase):
     """Emits CUDA C statements evaluating expressions at one position (see `ScopeBase`).
 
@@ -392,11 +387,6 @@ def _collapse(sizes, strides, merge: bool):
     return sizes, strides, dims
 
 
-#: the C type of a scalar arg's parameter, by kind (`scalars`)
-_ARG_CTYPE = {"f64": "double", "f32": "unsigned long long", "f32/": "unsigned long long",
-              "int": "long long"}
-
-
 def _params(k, out_dtypes, scratch: bool, aligned: bool) -> str:
     ps = []
     for b, v in enumerate(k.inputs):
@@ -406,7 +396,7 @@ def _params(k, out_dtypes, scratch: bool, aligned: bool) -> str:
     if scratch:
         ps.append("char *__restrict__ scratch")
     for i, kind in enumerate(arg_kinds(k)):
-        ps.append(f"const {_ARG_CTYPE[kind]} arg{i}_")
+        ps.append(f"const {scalars.C_PARAM[kind]} arg{i}_")
     if aligned:
         ps.append("const int ember_aligned")
     return ", ".join(ps)

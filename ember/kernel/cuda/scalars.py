@@ -5,7 +5,7 @@ parameter, typed by the arg's compute dtype.
 * ``"f32"``: the f32's bits in the low half of a 64-bit integer -- the kernel reads them as
   they are, where a double would take a conversion in every thread.
 * ``"f32/"``: an f32 divisor (`render._const_divisor`): its bits in the low half and, in
-  the high half, the bits of its reciprocal rounded to f32 when `render.divm_ok` serves it
+  the high half, the bits of its reciprocal rounded to f32 when `divm_ok` serves it
   (else 0). The kernel multiplies by that reciprocal and corrects (`render._DIVM`); computed
   here once a launch, it is not an IEEE division in every thread.
 * ``"int"``: a 64-bit integer (ints wrapped to int64).
@@ -25,10 +25,13 @@ from .. import ir
 
 _F32 = struct.Struct("<f")
 _U32 = struct.Struct("<I")
-#: the divisors the multiply-and-correct division serves (`render.DIVM_RANGE`)
+#: the divisors the multiply-and-correct division (`render._DIVM`) serves
 DIVM_RANGE = (2.0 ** -20, 2.0 ** 20)
 #: ``struct`` format character of each kind's parameter
 FMT = {"f64": "d", "f32": "Q", "f32/": "Q", "int": "q"}
+#: the C type of each kind's parameter in the kernel's signature
+C_PARAM = {"f64": "double", "f32": "unsigned long long", "f32/": "unsigned long long",
+           "int": "long long"}
 
 _cache: dict = {}
 
@@ -46,6 +49,12 @@ def kinds(args, divisors) -> tuple:
         else:
             out.append("int")
     return tuple(out)
+
+
+def divm_ok(c: float) -> bool:
+    """Whether the multiply-and-correct division serves the f32 divisor ``c`` (rounded to f32
+    first): ``|c|`` in `DIVM_RANGE`."""
+    return DIVM_RANGE[0] <= abs(f32_round(float(c))) <= DIVM_RANGE[1]
 
 
 def f32_round(x: float) -> float:
@@ -75,7 +84,7 @@ def divisor_slot(x) -> int:
     if s is None:
         c = f32_round(x)
         lo = _f32_bits(c)
-        y = 1.0 / c if DIVM_RANGE[0] <= abs(c) <= DIVM_RANGE[1] else 0.0
+        y = 1.0 / c if divm_ok(c) else 0.0
         s = lo | (_f32_bits(y) << 32)
         if len(_cache) > 4096:
             _cache.clear()
